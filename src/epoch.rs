@@ -1,0 +1,35 @@
+//! Random, non-zero ring epochs.
+//!
+//! An epoch tells incarnations of a stream apart; it is not a secret (it is
+//! sent to every client), so it needs uniqueness, not unpredictability. It
+//! mixes the process's randomly keyed SipHash (std's `RandomState`, seeded
+//! from the OS), the wall clock and a process-wide counter.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A fresh non-zero epoch.
+pub(crate) fn random() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = RandomState::new().build_hasher();
+    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    if let Ok(now) = SystemTime::now().duration_since(UNIX_EPOCH) {
+        hasher.write_u128(now.as_nanos());
+    }
+    match hasher.finish() {
+        0 => 1,
+        epoch => epoch,
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    #[test]
+    fn epochs_are_non_zero_and_distinct() {
+        let epochs: std::collections::HashSet<u64> = (0..1000).map(|_| super::random()).collect();
+        assert_eq!(epochs.len(), 1000);
+        assert!(!epochs.contains(&0));
+    }
+}

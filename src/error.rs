@@ -1,0 +1,195 @@
+//! What the ring reports instead of a silent skip.
+
+use std::fmt;
+
+/// Events a cursor needs that the ring no longer holds.
+///
+/// `evicted = first_retained - cursor - 1`: the seqs `cursor + 1 ..
+/// first_retained` are gone. `first_retained` is at most `published + 1`
+/// (when nothing at or below `published` is left).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Gap {
+    /// The cursor the caller asked to resume after.
+    pub cursor: u64,
+    /// The oldest seq still retained: a replay could start here, no earlier.
+    pub first_retained: u64,
+    /// The published watermark when the gap was found.
+    pub published: u64,
+    /// How many seqs after `cursor` are gone.
+    pub evicted: u64,
+}
+
+impl Gap {
+    /// The gap between `cursor` and the retained range, where every seq up
+    /// to `evicted_through` may be gone and `published` is the watermark.
+    /// The caller guarantees `cursor < evicted_through` and `cursor < published`.
+    pub(crate) fn new(cursor: u64, evicted_through: u64, published: u64) -> Self {
+        let first_retained = evicted_through.min(published) + 1;
+        Self {
+            cursor,
+            first_retained,
+            published,
+            evicted: first_retained - cursor - 1,
+        }
+    }
+}
+
+impl fmt::Display for Gap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} events after cursor {} are no longer retained (oldest retained {}, published {})",
+            self.evicted, self.cursor, self.first_retained, self.published
+        )
+    }
+}
+
+/// Why [`Ring::replay_after`](crate::Ring::replay_after) returned no events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReplayError {
+    /// Events after the cursor were evicted or lost: a contiguous replay is
+    /// impossible.
+    Gap(Gap),
+    /// The cursor is beyond the published watermark: it names events that
+    /// were never published (an echoed or foreign cursor).
+    Ahead {
+        /// The cursor asked for.
+        cursor: u64,
+        /// The published watermark.
+        published: u64,
+    },
+}
+
+impl fmt::Display for ReplayError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Gap(gap) => gap.fmt(f),
+            Self::Ahead { cursor, published } => write!(
+                f,
+                "cursor {cursor} is ahead of the published watermark {published}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ReplayError {}
+
+/// What [`Ring::coverage`](crate::Ring::coverage) found, without copying.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Coverage {
+    /// Every event `first ..= last` is retained; `first = cursor + 1`,
+    /// `last = published`. Nothing to replay when `first > last`.
+    Covered {
+        /// `cursor + 1`.
+        first: u64,
+        /// The published watermark.
+        last: u64,
+    },
+    /// Events after the cursor are gone.
+    Gap(Gap),
+    /// The cursor is beyond the published watermark.
+    Ahead {
+        /// The cursor asked for.
+        cursor: u64,
+        /// The published watermark.
+        published: u64,
+    },
+}
+
+impl Coverage {
+    /// Whether a replay from this cursor would succeed.
+    pub fn is_covered(&self) -> bool {
+        matches!(self, Self::Covered { .. })
+    }
+}
+
+/// Why [`Ring::emit`](crate::Ring::emit) did not store an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EmitError {
+    /// The payload is larger than the ring can hold. No seq was consumed.
+    TooLarge {
+        /// The payload's length in bytes.
+        len: usize,
+        /// The largest payload this ring accepts.
+        max: usize,
+    },
+    /// The emitter was lapped before it committed: seq `seq` was consumed
+    /// and will never hold data. Readers report it as a gap.
+    Lapped {
+        /// The lost seq.
+        seq: u64,
+    },
+    /// Part of a batch was lapped before it committed: of the seqs
+    /// `first ..= last`, `lost` hold no data (readers report them as a gap);
+    /// the others were committed.
+    BatchLapped {
+        /// The batch's first seq.
+        first: u64,
+        /// The batch's last seq.
+        last: u64,
+        /// How many of them were lost.
+        lost: u64,
+    },
+}
+
+impl fmt::Display for EmitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::TooLarge { len, max } => write!(
+                f,
+                "payload of {len} bytes is larger than the ring can hold ({max} bytes)"
+            ),
+            Self::Lapped { seq } => write!(
+                f,
+                "seq {seq} was lapped before it committed and is lost (readers see a gap)"
+            ),
+            Self::BatchLapped { first, last, lost } => write!(
+                f,
+                "{lost} of seqs {first}..={last} were lapped before they committed and are lost"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for EmitError {}
+
+/// Why [`Ring::read`](crate::Ring::read) returned no event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReadError {
+    /// Seq 0 names no event ("nothing yet").
+    Zero,
+    /// The seq is beyond the published watermark.
+    Ahead {
+        /// The seq asked for.
+        seq: u64,
+        /// The published watermark.
+        published: u64,
+    },
+    /// The event was evicted or lost.
+    Evicted {
+        /// The seq asked for.
+        seq: u64,
+        /// The oldest seq still retained.
+        first_retained: u64,
+    },
+}
+
+impl fmt::Display for ReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Zero => f.write_str("seq 0 names no event"),
+            Self::Ahead { seq, published } => {
+                write!(f, "seq {seq} is ahead of the published watermark {published}")
+            }
+            Self::Evicted {
+                seq,
+                first_retained,
+            } => write!(
+                f,
+                "seq {seq} is no longer retained (oldest retained {first_retained})"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ReadError {}
