@@ -1,0 +1,274 @@
+//! The ring's contract, one behaviour per test, through the public API.
+
+use gapless::{
+    Config, ConfigError, Coverage, EmitError, Follower, Gap, ReadError, ReplayError, Ring,
+};
+use std::num::NonZeroU64;
+use std::sync::Arc;
+
+fn seqs(events: &[gapless::Event]) -> Vec<u64> {
+    events.iter().map(|e| e.seq).collect()
+}
+
+#[test]
+fn seqs_are_dense_from_one_and_replay_after_zero_on_a_fresh_ring_is_empty() {
+    let ring = Ring::new(Config::default());
+    assert_eq!(ring.replay_after(0), Ok(vec![]));
+    assert_eq!(ring.coverage(0), Coverage::Covered { first: 1, last: 0 });
+    for expected in 1..=100 {
+        assert_eq!(ring.emit(format!("{expected}").as_bytes()), Ok(expected));
+    }
+    assert_eq!(ring.published(), 100);
+    let events = ring.replay_after(0).unwrap();
+    assert_eq!(seqs(&events), (1..=100).collect::<Vec<_>>());
+    for event in events {
+        assert_eq!(event.payload, event.seq.to_string().as_bytes());
+    }
+}
+
+#[test]
+fn a_cursor_beyond_published_is_ahead_never_an_empty_success() {
+    let ring = Ring::new(Config::default());
+    ring.emit(b"a").unwrap();
+    assert_eq!(
+        ring.replay_after(2),
+        Err(ReplayError::Ahead {
+            cursor: 2,
+            published: 1
+        })
+    );
+    assert_eq!(
+        ring.coverage(7),
+        Coverage::Ahead {
+            cursor: 7,
+            published: 1
+        }
+    );
+    assert_eq!(
+        ring.read(2),
+        Err(ReadError::Ahead {
+            seq: 2,
+            published: 1
+        })
+    );
+}
+
+#[test]
+fn eviction_by_event_count_is_a_gap_with_consistent_figures() {
+    let ring = Ring::new(Config::default().events(4).bytes(1 << 12));
+    for i in 0..10u8 {
+        ring.emit(&[i]).unwrap();
+    }
+    let gap = Gap {
+        cursor: 2,
+        first_retained: 7,
+        published: 10,
+        evicted: 4,
+    };
+    assert_eq!(ring.replay_after(2), Err(ReplayError::Gap(gap)));
+    assert_eq!(ring.coverage(2), Coverage::Gap(gap));
+    assert_eq!(seqs(&ring.replay_after(6).unwrap()), [7, 8, 9, 10]);
+    assert_eq!(ring.first_retained(), 7);
+    assert_eq!(
+        ring.read(3),
+        Err(ReadError::Evicted {
+            seq: 3,
+            first_retained: 7
+        })
+    );
+    assert_eq!(ring.read(0), Err(ReadError::Zero));
+    assert_eq!(&ring.read(9).unwrap().payload[..], &[8]);
+}
+
+#[test]
+fn eviction_by_bytes_moves_a_block_at_a_time() {
+    // 64 words in 64 one-word blocks: eviction is exact to the word.
+    let ring = Ring::new(Config::default().events(64).bytes(512));
+    for i in 0..8u8 {
+        ring.emit(&[i; 64]).unwrap(); // 8 words each: the arena is full
+    }
+    assert!(ring.coverage(0).is_covered());
+    ring.emit(&[9; 8]).unwrap(); // one word over: seq 1 is overwritten
+    match ring.replay_after(0) {
+        Err(ReplayError::Gap(gap)) => assert_eq!(gap.first_retained, 2),
+        other => panic!("expected a gap, got {other:?}"),
+    }
+    assert_eq!(seqs(&ring.replay_after(1).unwrap()), (2..=9).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_payload_larger_than_the_ring_is_an_error_and_consumes_no_seq() {
+    let ring = Ring::new(Config::default().events(4).bytes(256));
+    let max = ring.max_payload();
+    assert_eq!(max, 256 - 8, "the arena less one block");
+    assert_eq!(
+        ring.emit(&vec![0; max + 1]),
+        Err(EmitError::TooLarge { len: max + 1, max })
+    );
+    assert_eq!(ring.emit(&vec![1; max]), Ok(1));
+    assert_eq!(ring.read(1).unwrap().payload.len(), max);
+    assert_eq!(ring.stats().claimed, 1);
+}
+
+#[test]
+fn empty_payloads_are_events_too() {
+    let ring = Ring::new(Config::default().events(4).bytes(64));
+    assert_eq!(ring.emit(b""), Ok(1));
+    assert_eq!(ring.emit(b"x"), Ok(2));
+    assert_eq!(ring.emit(b""), Ok(3));
+    let events = ring.replay_after(0).unwrap();
+    assert_eq!(seqs(&events), [1, 2, 3]);
+    assert!(events[0].payload.is_empty() && events[2].payload.is_empty());
+}
+
+#[test]
+fn emit_batch_claims_contiguous_seqs() {
+    let ring = Ring::new(Config::default());
+    ring.emit(b"first").unwrap();
+    assert_eq!(ring.emit_batch(&[b"a", b"bb", b""]), Ok(Some(2..=4)));
+    assert_eq!(ring.emit_batch(&[]), Ok(None));
+    let too_big = vec![0u8; ring.max_payload() + 1];
+    assert!(matches!(
+        ring.emit_batch(&[b"ok", &too_big]),
+        Err(EmitError::TooLarge { .. })
+    ));
+    assert_eq!(ring.published(), 4, "a refused batch emits nothing");
+    let payloads: Vec<_> = ring
+        .replay_after(1)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.payload)
+        .collect();
+    assert_eq!(payloads, [&b"a"[..], b"bb", b""]);
+}
+
+#[test]
+fn replay_range_stops_at_last() {
+    let ring = Ring::new(Config::default());
+    for i in 0..5u8 {
+        ring.emit(&[i]).unwrap();
+    }
+    assert_eq!(seqs(&ring.replay_range(1, 3).unwrap()), [2, 3]);
+    assert_eq!(seqs(&ring.replay_range(3, 99).unwrap()), [4, 5]);
+    assert_eq!(ring.replay_range(4, 2), Ok(vec![]));
+}
+
+#[test]
+fn epochs_are_random_non_zero_and_can_be_fixed() {
+    let a = Ring::new(Config::default());
+    let b = Ring::new(Config::default());
+    assert_ne!(a.epoch(), 0);
+    assert_ne!(a.epoch(), b.epoch());
+    let fixed = NonZeroU64::new(0xfeed).unwrap();
+    assert_eq!(Ring::new(Config::default().epoch(fixed)).epoch(), 0xfeed);
+}
+
+#[test]
+fn try_new_rejects_what_new_clamps() {
+    assert!(matches!(
+        Ring::try_new(Config::default().events(0)),
+        Err(ConfigError::Events { requested: 0 })
+    ));
+    assert!(matches!(
+        Ring::try_new(Config::default().bytes(0)),
+        Err(ConfigError::Bytes { requested: 0 })
+    ));
+    let clamped = Ring::new(Config::default().events(0).bytes(0));
+    assert_eq!(clamped.geometry().events(), gapless::MIN_EVENTS);
+    assert_eq!(clamped.geometry().arena_bytes(), gapless::MIN_BYTES);
+    assert_eq!(clamped.emit(b"still works"), Ok(1));
+}
+
+#[test]
+fn stats_count_what_happened() {
+    let ring = Ring::new(Config::default().events(2).bytes(64));
+    for _ in 0..5 {
+        ring.emit(b"x").unwrap();
+    }
+    let stats = ring.stats();
+    assert_eq!(stats.claimed, 5);
+    assert_eq!(stats.published, 5);
+    assert_eq!(stats.lost, 0);
+    assert_eq!(stats.first_retained, 4);
+    assert_eq!(stats.evicted, 3);
+}
+
+#[test]
+fn follower_yields_everything_in_order_across_threads() {
+    let ring = Arc::new(Ring::new(Config::default().events(1 << 12).bytes(1 << 16)));
+    let mut follower = Follower::new(Arc::clone(&ring), 0);
+    let emitter = {
+        let ring = Arc::clone(&ring);
+        std::thread::spawn(move || {
+            for i in 0..2000u32 {
+                ring.emit(&i.to_le_bytes()).unwrap();
+            }
+        })
+    };
+    let mut next = 1;
+    while next <= 2000 {
+        for event in follower.wait().unwrap() {
+            assert_eq!(event.seq, next);
+            assert_eq!(&event.payload[..], &((next - 1) as u32).to_le_bytes());
+            next += 1;
+        }
+    }
+    emitter.join().unwrap();
+    assert_eq!(follower.cursor(), 2000);
+    assert_eq!(follower.try_next(), Ok(vec![]));
+}
+
+#[test]
+fn a_lapped_follower_gets_a_gap_and_keeps_its_cursor() {
+    let ring = Ring::new(Config::default().events(4).bytes(1024));
+    let mut follower = Follower::new(&ring, 0);
+    ring.emit(b"1").unwrap();
+    assert_eq!(follower.try_next().unwrap().len(), 1);
+    for _ in 0..10 {
+        ring.emit(b"more").unwrap();
+    }
+    assert!(matches!(follower.try_next(), Err(ReplayError::Gap(g)) if g.cursor == 1));
+    assert_eq!(follower.cursor(), 1);
+}
+
+#[test]
+fn wait_timeout_returns_empty_when_nothing_comes() {
+    let ring = Ring::new(Config::default());
+    let mut follower = Follower::new(&ring, 0);
+    assert_eq!(
+        follower.wait_timeout(std::time::Duration::from_millis(1)),
+        Ok(vec![])
+    );
+    ring.emit(b"x").unwrap();
+    assert_eq!(
+        follower
+            .wait_timeout(std::time::Duration::from_secs(60))
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn poll_next_registers_a_waker_and_is_woken() {
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Flag(std::sync::atomic::AtomicBool);
+    impl Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    let flag = Arc::new(Flag(std::sync::atomic::AtomicBool::new(false)));
+    let waker = Waker::from(Arc::clone(&flag));
+    let mut cx = Context::from_waker(&waker);
+    let ring = Ring::new(Config::default());
+    let mut follower = Follower::new(&ring, 0);
+    assert!(follower.poll_next(&mut cx).is_pending());
+    assert!(!flag.0.load(std::sync::atomic::Ordering::SeqCst));
+    ring.emit(b"wake").unwrap();
+    assert!(flag.0.load(std::sync::atomic::Ordering::SeqCst), "emit woke the waker");
+    match follower.poll_next(&mut cx) {
+        Poll::Ready(Ok(events)) => assert_eq!(events.len(), 1),
+        other => panic!("expected one event, got {other:?}"),
+    }
+}
