@@ -3,28 +3,26 @@
 //!
 //! Positions are *virtual* word numbers that only grow; word `p` lives in
 //! `words[p mod len]`, and "lap" means `p / len`. Writers claim a run of
-//! words with one `fetch_add` on [`Arena::tail`] — the *tail intent*, in
-//! Agrona's terms: every position below it belongs to some writer, and a
-//! claim is made before a single byte of it is written. A reader that copied
-//! the run `[offset, offset + n)` re-reads the tail after `fence(Acquire)`;
-//! if `tail <= offset + len` no later lap has claimed over the copy, so no
-//! later lap has written over it.
+//! words with one `fetch_add` on [`Arena::claim`]'s tail counter.
 //!
-//! That check alone misses one writer: an *earlier* lap's writer that was
-//! descheduled after claiming and resumes after the arena wrapped, writing
-//! its old bytes over a newer record. Leases close that hole. The arena is
-//! cut into blocks; each block's lease packs `lap << 20 | writers`. A writer
-//! joins the lease of its lap, or moves a block to its lap only when no
-//! writer of an older lap is still in it; it never waits: if the block is
-//! busy with an older lap, or already on a newer one, the writer writes
-//! nothing and its seq is reported lost. So the writers of one block are
-//! always of a single lap, and a committed record can only be overwritten by
-//! a later lap, which the tail check sees.
+//! The arena is cut into blocks, each guarded by a lease packing
+//! `lap << 20 | writers`. A writer joins the lease of its lap, or moves a
+//! block on to its lap only when no writer of an older lap is still in it.
+//! It never waits: if the block is busy with an older lap, or already on a
+//! newer one, the writer writes nothing and its seq is reported lost. So the
+//! writers of a block are always of one lap, and a writer descheduled after
+//! its claim can never resume and scribble over a newer lap's record.
 //!
-//! Each lease also remembers the newest seq written into the block per lap
+//! Each lease also remembers the newest seq written into the block, per lap
 //! parity. Before the first byte of lap `L` goes into a block, the writer
 //! raises the ring's eviction bound to the newest seq of lap `L - 1` there,
-//! so a reader's cheap coverage check moves ahead of any overwrite.
+//! then issues `fence(Release)`, then stores. A reader that copied a record
+//! and then, after `fence(Acquire)`, finds the bound still below the
+//! record's seq knows no byte of it was overwritten (if it had read a single
+//! overwritten word, the fences would make the raised bound visible). The
+//! same bound answers [`Ring::coverage`](crate::Ring::coverage) in O(1), so
+//! replay and coverage always agree. Eviction is thus block-granular: a
+//! block's records go together, a little before their last word is reused.
 
 use crate::sync::{fence, AtomicU64, Ordering};
 use crossbeam_utils::CachePadded;
@@ -98,26 +96,9 @@ impl Arena {
         }
     }
 
-    /// Arena size in words.
-    pub(crate) fn len(&self) -> u64 {
-        self.word_mask + 1
-    }
-
     /// Claims `n > 0` words; returns the virtual position of the first.
     pub(crate) fn claim(&self, n: u64) -> u64 {
         self.tail.fetch_add(n, Ordering::AcqRel)
-    }
-
-    /// The tail intent. Readers load it after `fence(Acquire)`.
-    pub(crate) fn tail(&self) -> u64 {
-        self.tail.load(Ordering::Acquire)
-    }
-
-    /// Whether a run starting at `offset`, copied before the caller's
-    /// `fence(Acquire)`, cannot have been overwritten given `tail` loaded
-    /// after it.
-    pub(crate) fn intact(&self, offset: u64, tail: u64) -> bool {
-        tail <= offset.saturating_add(self.len())
     }
 
     /// The virtual blocks a run of `n > 0` words at `start` touches.
@@ -147,8 +128,7 @@ impl Arena {
             } else {
                 return Err(Refused::Lapped);
             };
-            match state.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire)
-            {
+            match state.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return Ok(()),
                 Err(actual) => current = actual,
             }
@@ -186,7 +166,8 @@ impl Arena {
             // Holding lap L's lease, lap L + 1 cannot start here, so the
             // other parity's entry is lap L - 1's final newest seq.
             let lap = block >> self.lap_shift;
-            let previous = self.lease(block).newest[((lap + 1) & 1) as usize].load(Ordering::Acquire);
+            let previous =
+                self.lease(block).newest[((lap + 1) & 1) as usize].load(Ordering::Acquire);
             if evicted.load(Ordering::Acquire) < previous {
                 evicted.fetch_max(previous, Ordering::AcqRel);
             }
@@ -221,7 +202,7 @@ impl Arena {
     }
 
     /// Appends the `len` bytes at `offset` to `out`. The bytes may be torn;
-    /// the caller validates with [`Arena::intact`] after `fence(Acquire)`.
+    /// the caller validates against the eviction bound after `fence(Acquire)`.
     pub(crate) fn copy_into(&self, offset: u64, len: usize, out: &mut Vec<u8>) {
         let full = len / 8;
         let mut position = offset;
@@ -260,9 +241,11 @@ mod tests {
         let mut out = Vec::new();
         arena.copy_into(second, payload.len(), &mut out);
         assert_eq!(out, payload);
-        assert!(arena.intact(second, arena.tail()));
-        assert!(!arena.intact(first, arena.tail()), "seq 1 was overwritten");
-        assert_eq!(evicted.load(Ordering::Relaxed), 1, "lap 1 raised the bound past seq 1");
+        assert_eq!(
+            evicted.load(Ordering::Relaxed),
+            1,
+            "lap 1 raised the bound past seq 1"
+        );
     }
 
     #[test]

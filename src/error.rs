@@ -179,7 +179,10 @@ impl fmt::Display for ReadError {
         match self {
             Self::Zero => f.write_str("seq 0 names no event"),
             Self::Ahead { seq, published } => {
-                write!(f, "seq {seq} is ahead of the published watermark {published}")
+                write!(
+                    f,
+                    "seq {seq} is ahead of the published watermark {published}"
+                )
             }
             Self::Evicted {
                 seq,

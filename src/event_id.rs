@@ -61,12 +61,10 @@ impl fmt::Display for ParseEventIdError {
                 "event ID is {len} bytes long; at most {MAX_EVENT_ID_LEN} are allowed"
             ),
             Self::MissingDash => f.write_str("event ID needs a '-' after its 16-digit epoch"),
-            Self::BadEpoch => {
-                f.write_str("event ID epoch must be exactly 16 lowercase hex digits")
+            Self::BadEpoch => f.write_str("event ID epoch must be exactly 16 lowercase hex digits"),
+            Self::BadSeq => {
+                f.write_str("event ID seq must be a decimal number without sign or leading zeros")
             }
-            Self::BadSeq => f.write_str(
-                "event ID seq must be a decimal number without sign or leading zeros",
-            ),
             Self::SeqOverflow => f.write_str("event ID seq does not fit in 64 bits"),
         }
     }
@@ -164,7 +162,10 @@ mod tests {
             ("00000000000000011-1", MissingDash),
             ("0000000000000001-18446744073709551616", SeqOverflow),
             ("0000000000000001-99999999999999999999", SeqOverflow),
-            ("0000000000000001-999999999999999999999", TooLong { len: 38 }),
+            (
+                "0000000000000001-999999999999999999999",
+                TooLong { len: 38 },
+            ),
             ("0000000000000001-1é", BadSeq),
             ("é000000000000001-1", BadEpoch),
         ] {

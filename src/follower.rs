@@ -95,7 +95,10 @@ impl<R: Deref<Target = Ring>> Follower<R> {
     /// # Errors
     /// As [`Follower::try_next`].
     #[cfg(not(loom))]
-    pub fn wait_timeout(&mut self, timeout: std::time::Duration) -> Result<Vec<Event>, ReplayError> {
+    pub fn wait_timeout(
+        &mut self,
+        timeout: std::time::Duration,
+    ) -> Result<Vec<Event>, ReplayError> {
         let events = self.try_next()?;
         if !events.is_empty() {
             return Ok(events);

@@ -65,7 +65,7 @@
 //!   slot changes hands by one compare-and-swap, only from a settled stamp.
 //! - The **arena**: payload bytes in `AtomicU64` words, addressed by a
 //!   virtual word position that only grows, claimed by `fetch_add` on a
-//!   tail counter — the *tail intent*: a claim precedes its writes.
+//!   tail counter.
 //! - **Block leases**: the arena is cut into (up to 64) blocks, each with a
 //!   lease `lap << 20 | writers`. Writers of one lap share a block; a writer
 //!   of a newer lap takes it only when no older-lap writer is still in it,
@@ -84,9 +84,12 @@
 //! **Replay** (wait-free, at most `events` steps): check the cursor against
 //! `published` and the eviction bound (`max(evicted, head - events)`), then
 //! copy each event under its stamp, `fence(Acquire)`, and validate: the
-//! stamp is unchanged and `tail <= offset + arena_words` (no later lap
-//! claimed over the copy). Any failure turns the replay into a
-//! [`Gap`] whose figures come from the re-read bound, so
+//! stamp is unchanged and the eviction bound, re-read, is still below the
+//! seq. A writer raises the bound *before* (`fence(Release)`) it stores the
+//! first byte of a new lap into a block, so a reader that copied even one
+//! overwritten word sees the raised bound — Agrona's validate-after-copy,
+//! with the eviction bound as the intent. Any failure turns the replay
+//! into a [`Gap`] whose figures come from that same bound, so
 //! [`coverage`](Ring::coverage) (O(1), no copying) and replay agree.
 //!
 //! **Lapped emitters.** A writer that finds its slot taken by a newer seq,

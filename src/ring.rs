@@ -336,17 +336,20 @@ impl Ring {
             locations.push(location);
         }
         fence(Ordering::Acquire);
-        let tail = self.arena.tail();
-        let newest_missing = (cursor + 1..)
+        // Any overwrite we may have copied raised the bound before its first
+        // byte (and any slot reuse raised `head`), so the bound re-read after
+        // the fence covers every event whose copy is suspect.
+        let stale = (cursor + 1..)
             .zip(&locations)
-            .filter(|(seq, location)| {
-                !location.as_ref().is_some_and(|l| {
-                    self.slots.still(*seq, l) && (l.len == 0 || self.arena.intact(l.offset, tail))
-                })
-            })
+            .filter(|(seq, location)| !location.as_ref().is_some_and(|l| self.slots.still(*seq, l)))
             .map(|(seq, _)| seq)
             .last();
-        let evicted = self.evicted_through().max(newest_missing.unwrap_or(0));
+        let evicted = self.evicted_through();
+        debug_assert!(
+            stale.is_none_or(|seq| seq <= evicted),
+            "seq {stale:?} changed under a reader but the bound {evicted} does not cover it"
+        );
+        let evicted = evicted.max(stale.unwrap_or(0));
         if cursor < evicted {
             return Err(ReplayError::Gap(Gap::new(cursor, evicted, published)));
         }

@@ -161,12 +161,8 @@ impl Slots {
             if current & STATE_MASK == WRITING {
                 return Claim::Busy;
             }
-            match stamp.compare_exchange(
-                current,
-                writing(seq),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
+            match stamp.compare_exchange(current, writing(seq), Ordering::AcqRel, Ordering::Acquire)
+            {
                 Ok(_) => return Claim::Owned,
                 Err(actual) => current = actual,
             }

@@ -172,7 +172,9 @@ mod tests {
     fn get_or_create_returns_the_same_ring() {
         let store: Store<u32> = Store::new(4);
         let a = store.get_or_create(7, Config::default().events(8)).unwrap();
-        let b = store.get_or_create(7, Config::default().events(64)).unwrap();
+        let b = store
+            .get_or_create(7, Config::default().events(64))
+            .unwrap();
         assert!(Arc::ptr_eq(&a, &b));
         assert_eq!(b.geometry().events(), 8, "the first config wins");
         assert_eq!(store.len(), 1);
