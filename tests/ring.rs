@@ -93,7 +93,10 @@ fn eviction_by_bytes_moves_a_block_at_a_time() {
         Err(ReplayError::Gap(gap)) => assert_eq!(gap.first_retained, 2),
         other => panic!("expected a gap, got {other:?}"),
     }
-    assert_eq!(seqs(&ring.replay_after(1).unwrap()), (2..=9).collect::<Vec<_>>());
+    assert_eq!(
+        seqs(&ring.replay_after(1).unwrap()),
+        (2..=9).collect::<Vec<_>>()
+    );
 }
 
 #[test]
@@ -266,7 +269,10 @@ fn poll_next_registers_a_waker_and_is_woken() {
     assert!(follower.poll_next(&mut cx).is_pending());
     assert!(!flag.0.load(std::sync::atomic::Ordering::SeqCst));
     ring.emit(b"wake").unwrap();
-    assert!(flag.0.load(std::sync::atomic::Ordering::SeqCst), "emit woke the waker");
+    assert!(
+        flag.0.load(std::sync::atomic::Ordering::SeqCst),
+        "emit woke the waker"
+    );
     match follower.poll_next(&mut cx) {
         Poll::Ready(Ok(events)) => assert_eq!(events.len(), 1),
         other => panic!("expected one event, got {other:?}"),
