@@ -127,6 +127,7 @@ mod slots;
 mod store;
 mod sync;
 
+pub mod session;
 pub mod sse;
 
 pub use config::{Config, ConfigError, Geometry, MAX_BYTES, MAX_EVENTS, MIN_BYTES, MIN_EVENTS};

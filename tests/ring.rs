@@ -6,13 +6,23 @@ use gapless::{
 use std::num::NonZeroU64;
 use std::sync::Arc;
 
+/// The default config, shrunk under Miri (which interprets every atomic
+/// word of a 1 MiB arena).
+fn roomy() -> Config {
+    if cfg!(miri) {
+        Config::default().events(64).bytes(4096)
+    } else {
+        Config::default()
+    }
+}
+
 fn seqs(events: &[gapless::Event]) -> Vec<u64> {
     events.iter().map(|e| e.seq).collect()
 }
 
 #[test]
 fn seqs_are_dense_from_one_and_replay_after_zero_on_a_fresh_ring_is_empty() {
-    let ring = Ring::new(Config::default());
+    let ring = Ring::new(roomy());
     assert_eq!(ring.replay_after(0), Ok(vec![]));
     assert_eq!(ring.coverage(0), Coverage::Covered { first: 1, last: 0 });
     for expected in 1..=100 {
@@ -28,7 +38,7 @@ fn seqs_are_dense_from_one_and_replay_after_zero_on_a_fresh_ring_is_empty() {
 
 #[test]
 fn a_cursor_beyond_published_is_ahead_never_an_empty_success() {
-    let ring = Ring::new(Config::default());
+    let ring = Ring::new(roomy());
     ring.emit(b"a").unwrap();
     assert_eq!(
         ring.replay_after(2),
@@ -126,7 +136,7 @@ fn empty_payloads_are_events_too() {
 
 #[test]
 fn emit_batch_claims_contiguous_seqs() {
-    let ring = Ring::new(Config::default());
+    let ring = Ring::new(roomy());
     ring.emit(b"first").unwrap();
     assert_eq!(ring.emit_batch(&[b"a", b"bb", b""]), Ok(Some(2..=4)));
     assert_eq!(ring.emit_batch(&[]), Ok(None));
@@ -147,7 +157,7 @@ fn emit_batch_claims_contiguous_seqs() {
 
 #[test]
 fn replay_range_stops_at_last() {
-    let ring = Ring::new(Config::default());
+    let ring = Ring::new(roomy());
     for i in 0..5u8 {
         ring.emit(&[i]).unwrap();
     }
@@ -158,8 +168,8 @@ fn replay_range_stops_at_last() {
 
 #[test]
 fn epochs_are_random_non_zero_and_can_be_fixed() {
-    let a = Ring::new(Config::default());
-    let b = Ring::new(Config::default());
+    let a = Ring::new(roomy());
+    let b = Ring::new(roomy());
     assert_ne!(a.epoch(), 0);
     assert_ne!(a.epoch(), b.epoch());
     let fixed = NonZeroU64::new(0xfeed).unwrap();
@@ -198,18 +208,24 @@ fn stats_count_what_happened() {
 
 #[test]
 fn follower_yields_everything_in_order_across_threads() {
-    let ring = Arc::new(Ring::new(Config::default().events(1 << 12).bytes(1 << 16)));
+    let count: u32 = if cfg!(miri) { 100 } else { 2000 };
+    // Big enough that the follower is never lapped.
+    let ring = Arc::new(Ring::new(
+        Config::default()
+            .events(count as usize)
+            .bytes(count as usize * 16),
+    ));
     let mut follower = Follower::new(Arc::clone(&ring), 0);
     let emitter = {
         let ring = Arc::clone(&ring);
         std::thread::spawn(move || {
-            for i in 0..2000u32 {
+            for i in 0..count {
                 ring.emit(&i.to_le_bytes()).unwrap();
             }
         })
     };
     let mut next = 1;
-    while next <= 2000 {
+    while next <= u64::from(count) {
         for event in follower.wait().unwrap() {
             assert_eq!(event.seq, next);
             assert_eq!(&event.payload[..], &((next - 1) as u32).to_le_bytes());
@@ -217,7 +233,7 @@ fn follower_yields_everything_in_order_across_threads() {
         }
     }
     emitter.join().unwrap();
-    assert_eq!(follower.cursor(), 2000);
+    assert_eq!(follower.cursor(), u64::from(count));
     assert_eq!(follower.try_next(), Ok(vec![]));
 }
 
@@ -236,7 +252,7 @@ fn a_lapped_follower_gets_a_gap_and_keeps_its_cursor() {
 
 #[test]
 fn wait_timeout_returns_empty_when_nothing_comes() {
-    let ring = Ring::new(Config::default());
+    let ring = Ring::new(roomy());
     let mut follower = Follower::new(&ring, 0);
     assert_eq!(
         follower.wait_timeout(std::time::Duration::from_millis(1)),
@@ -264,7 +280,7 @@ fn poll_next_registers_a_waker_and_is_woken() {
     let flag = Arc::new(Flag(std::sync::atomic::AtomicBool::new(false)));
     let waker = Waker::from(Arc::clone(&flag));
     let mut cx = Context::from_waker(&waker);
-    let ring = Ring::new(Config::default());
+    let ring = Ring::new(roomy());
     let mut follower = Follower::new(&ring, 0);
     assert!(follower.poll_next(&mut cx).is_pending());
     assert!(!flag.0.load(std::sync::atomic::Ordering::SeqCst));
