@@ -1,0 +1,144 @@
+//! `gapless-server`: the reference server (and, later, its churn run and
+//! capacity planner).
+
+use clap::{Parser, Subcommand};
+use gapless_server::{serve, ServerConfig};
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+#[derive(Parser)]
+#[command(
+    name = "gapless-server",
+    version,
+    about = "Reference server for gapless: SSE, cursor-in-body upgrade, WebSocket with gap replay or 409"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the protocol of PROTOCOL.md.
+    Serve {
+        /// Address to listen on; port 0 picks a free port.
+        #[arg(long, default_value = "127.0.0.1:7070")]
+        addr: SocketAddr,
+        /// Events retained per session.
+        #[arg(long, default_value_t = 4096)]
+        ring_events: usize,
+        /// Payload bytes retained per session.
+        #[arg(long, default_value_t = 4 << 20)]
+        ring_bytes: usize,
+        /// Refuse upgrades whose cursor differs from the acked cursor.
+        #[arg(long)]
+        strict: bool,
+        /// Largest request body, in bytes.
+        #[arg(long, default_value_t = 1 << 20)]
+        max_body: usize,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match cli.command {
+        Command::Serve {
+            addr,
+            ring_events,
+            ring_bytes,
+            strict,
+            max_body,
+        } => {
+            let config = ServerConfig {
+                ring_events,
+                ring_bytes,
+                strict,
+                max_body,
+                ..ServerConfig::default()
+            };
+            if let Err(error) = gapless::Config::default()
+                .events(ring_events)
+                .bytes(ring_bytes)
+                .geometry()
+            {
+                eprintln!("error: {error}");
+                return ExitCode::from(2);
+            }
+            runtime.block_on(run_serve(addr, config))
+        }
+    }
+}
+
+async fn run_serve(addr: SocketAddr, config: ServerConfig) -> ExitCode {
+    let listener = match TcpListener::bind(addr).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            eprintln!("error: cannot listen on {addr}: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let local = match listener.local_addr() {
+        Ok(local) => local,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (stop, on_stop) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop.send(true);
+    });
+    let mut stdout = std::io::stdout();
+    let _ = writeln!(stdout, "listening on http://{local}");
+    let _ = stdout.flush();
+    match serve(listener, config, on_stop).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = terminate => {}
+    }
+}

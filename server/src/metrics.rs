@@ -1,0 +1,142 @@
+//! Counters for `/metrics`, rendered as Prometheus text.
+
+use gapless::session::Refusal;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The refusal codes counted, in output order.
+const REFUSAL_CODES: [&str; 7] = [
+    "gap_not_covered",
+    "cursor_ahead",
+    "foreign_epoch",
+    "cursor_mismatch",
+    "migration_in_progress",
+    "bad_ticket",
+    "not_drained",
+];
+
+/// Where a refusal happened.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Stage {
+    /// `GET /session/{id}/events` with a cursor.
+    SseResume,
+    /// `POST /session/{id}/upgrade` or the WebSocket handshake.
+    Migration,
+}
+
+#[derive(Default)]
+pub(crate) struct Metrics {
+    pub(crate) sessions_created: AtomicU64,
+    pub(crate) sessions_deleted: AtomicU64,
+    pub(crate) events_emitted: AtomicU64,
+    pub(crate) emits_lapped: AtomicU64,
+    pub(crate) events_replayed: AtomicU64,
+    pub(crate) events_streamed: AtomicU64,
+    /// Evicted counts of rings already deleted (live rings are summed at
+    /// scrape time).
+    pub(crate) evicted_in_deleted: AtomicU64,
+    pub(crate) migrations_granted: AtomicU64,
+    pub(crate) migrations_completed: AtomicU64,
+    pub(crate) lapped_readers: AtomicU64,
+    migrations_refused: [AtomicU64; REFUSAL_CODES.len()],
+    resumes_refused: [AtomicU64; REFUSAL_CODES.len()],
+}
+
+impl Metrics {
+    pub(crate) fn refused(&self, stage: Stage, refusal: &Refusal) {
+        let index = REFUSAL_CODES
+            .iter()
+            .position(|c| *c == refusal.code())
+            .unwrap_or(0);
+        let counters = match stage {
+            Stage::SseResume => &self.resumes_refused,
+            Stage::Migration => &self.migrations_refused,
+        };
+        counters[index].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Prometheus text exposition; `sessions` and `evicted_live` are read
+    /// from the store at scrape time.
+    pub(crate) fn render(&self, sessions: usize, evicted_live: u64) -> String {
+        let mut out = String::new();
+        let mut counter = |name: &str, help: &str, value: u64| {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+            );
+        };
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        counter(
+            "gapless_sessions_created_total",
+            "Sessions created.",
+            get(&self.sessions_created),
+        );
+        counter(
+            "gapless_sessions_deleted_total",
+            "Sessions deleted.",
+            get(&self.sessions_deleted),
+        );
+        counter(
+            "gapless_events_emitted_total",
+            "Events emitted into session rings.",
+            get(&self.events_emitted),
+        );
+        counter(
+            "gapless_emits_lapped_total",
+            "Emits lapped before they committed (reported to the emitter, a gap for readers).",
+            get(&self.emits_lapped),
+        );
+        counter(
+            "gapless_events_replayed_total",
+            "Events sent as replay after a resume or migration.",
+            get(&self.events_replayed),
+        );
+        counter(
+            "gapless_events_streamed_total",
+            "Events sent live.",
+            get(&self.events_streamed),
+        );
+        counter(
+            "gapless_events_evicted_total",
+            "Events evicted from session rings.",
+            get(&self.evicted_in_deleted) + evicted_live,
+        );
+        counter(
+            "gapless_migrations_granted_total",
+            "Upgrades granted (POST upgrade answered 200).",
+            get(&self.migrations_granted),
+        );
+        counter(
+            "gapless_migrations_completed_total",
+            "WebSocket handshakes that attached.",
+            get(&self.migrations_completed),
+        );
+        counter(
+            "gapless_lapped_readers_total",
+            "Streams ended with a gap because the ring lapped them.",
+            get(&self.lapped_readers),
+        );
+        let _ = writeln!(
+            out,
+            "# HELP gapless_sessions Live sessions.\n# TYPE gapless_sessions gauge\ngapless_sessions {sessions}"
+        );
+        for (name, help, counters) in [
+            (
+                "gapless_migrations_refused_total",
+                "Upgrades refused, by reason.",
+                &self.migrations_refused,
+            ),
+            (
+                "gapless_resumes_refused_total",
+                "SSE resumes refused, by reason.",
+                &self.resumes_refused,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (code, count) in REFUSAL_CODES.iter().zip(counters) {
+                let _ = writeln!(out, "{name}{{reason=\"{code}\"}} {}", get(count));
+            }
+        }
+        out
+    }
+}
