@@ -22,6 +22,7 @@ pub mod client;
 mod error;
 mod ids;
 mod metrics;
+pub mod plan;
 mod sse_stream;
 mod ws;
 

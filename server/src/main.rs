@@ -40,6 +40,22 @@ enum Command {
         #[arg(long, default_value_t = 1 << 20)]
         max_body: usize,
     },
+    /// Size a session ring to cover a client outage, with the replay time
+    /// measured on this machine.
+    Plan {
+        /// Events emitted per second into one session.
+        #[arg(long)]
+        rate: f64,
+        /// The longest client outage to survive without a gap, in seconds.
+        #[arg(long)]
+        outage: f64,
+        /// Typical payload size in bytes.
+        #[arg(long)]
+        payload: usize,
+        /// Concurrent sessions.
+        #[arg(long, default_value_t = 1)]
+        sessions: u64,
+    },
 }
 
 fn main() -> ExitCode {
@@ -86,7 +102,67 @@ fn main() -> ExitCode {
             }
             runtime.block_on(run_serve(addr, config))
         }
+        Command::Plan {
+            rate,
+            outage,
+            payload,
+            sessions,
+        } => plan(gapless_server::plan::Workload {
+            rate,
+            outage,
+            payload,
+            sessions,
+        }),
     }
+}
+
+fn plan(workload: gapless_server::plan::Workload) -> ExitCode {
+    use gapless_server::plan::{human_bytes, probe, size};
+    let sizing = match size(&workload) {
+        Ok(sizing) => sizing,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let per_session = sizing.geometry.footprint() as f64;
+    let measured = probe(workload.payload, sizing.ring_events);
+    let gap_bytes = sizing.gap_events as f64 * workload.payload as f64;
+    let replay_seconds = sizing.gap_events as f64 / measured.replay_events_per_s;
+    println!(
+        "workload        {} events/s per session, {} s outage, {} B payloads, {} sessions",
+        workload.rate, workload.outage, workload.payload, workload.sessions
+    );
+    println!(
+        "gap to cover    {} events ({})",
+        sizing.gap_events,
+        human_bytes(gap_bytes)
+    );
+    println!(
+        "ring            --ring-events {} --ring-bytes {}",
+        sizing.ring_events, sizing.ring_bytes
+    );
+    println!(
+        "memory          {} per session, {} for {} sessions (preallocated)",
+        human_bytes(per_session),
+        human_bytes(per_session * workload.sessions as f64),
+        workload.sessions
+    );
+    println!(
+        "probe           {:.2} s on this machine: emit {:.2}M events/s (one thread), replay {:.2}M events/s ({}/s)",
+        measured.elapsed.as_secs_f64(),
+        measured.emit_events_per_s / 1e6,
+        measured.replay_events_per_s / 1e6,
+        human_bytes(measured.replay_bytes_per_s)
+    );
+    println!(
+        "replay of gap   {:.3} ms to copy out of the ring (network time not included)",
+        replay_seconds * 1e3
+    );
+    if workload.rate > measured.emit_events_per_s {
+        println!("warning         the rate exceeds what one emitter thread sustains here");
+    }
+    ExitCode::SUCCESS
 }
 
 async fn run_serve(addr: SocketAddr, config: ServerConfig) -> ExitCode {
