@@ -18,6 +18,7 @@
 #![forbid(unsafe_code)]
 
 mod app;
+pub mod churn;
 pub mod client;
 mod error;
 mod ids;
@@ -120,6 +121,12 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let state = app::AppState::new(config, shutdown.clone());
     let mut stop = shutdown;
+    // Events are small writes that must leave at once: no Nagle delay.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::debug!(%error, "could not set TCP_NODELAY");
+        }
+    });
     axum::serve(listener, router(state))
         .with_graceful_shutdown(async move {
             let _ = stop.wait_for(|stopped| *stopped).await;

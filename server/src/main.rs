@@ -40,6 +40,29 @@ enum Command {
         #[arg(long, default_value_t = 1 << 20)]
         max_body: usize,
     },
+    /// The main job: the server under churn, driven in-process by clients
+    /// that drop, resume and migrate with true, stale and echoed cursors.
+    /// Exits non-zero if any client saw a silent gap.
+    Churn {
+        /// Sessions (one producer and one client each).
+        #[arg(long, default_value_t = 24)]
+        sessions: usize,
+        /// Seconds of churn.
+        #[arg(long, default_value_t = 30.0)]
+        duration: f64,
+        /// Events per second emitted into each session.
+        #[arg(long, default_value_t = 200.0)]
+        rate: f64,
+        /// Events per session ring.
+        #[arg(long, default_value_t = 512)]
+        ring_events: usize,
+        /// Bytes per session ring.
+        #[arg(long, default_value_t = 256 << 10)]
+        ring_bytes: usize,
+        /// Payload size in bytes.
+        #[arg(long, default_value_t = 128)]
+        payload: usize,
+    },
     /// Size a session ring to cover a client outage, with the replay time
     /// measured on this machine.
     Plan {
@@ -101,6 +124,42 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
             runtime.block_on(run_serve(addr, config))
+        }
+        Command::Churn {
+            sessions,
+            duration,
+            rate,
+            ring_events,
+            ring_bytes,
+            payload,
+        } => {
+            if !(duration.is_finite() && duration >= 0.0 && rate.is_finite() && rate > 0.0) {
+                eprintln!("error: --duration must be >= 0 and --rate > 0");
+                return ExitCode::from(2);
+            }
+            let config = gapless_server::churn::ChurnConfig {
+                sessions,
+                duration: std::time::Duration::from_secs_f64(duration),
+                rate,
+                ring_events,
+                ring_bytes,
+                payload,
+            };
+            match runtime.block_on(gapless_server::churn::run(config)) {
+                Ok(report) => {
+                    println!("{report}");
+                    if report.passed() {
+                        ExitCode::SUCCESS
+                    } else {
+                        eprintln!("FAILED: a client saw a silent gap or a corrupt payload");
+                        ExitCode::FAILURE
+                    }
+                }
+                Err(error) => {
+                    eprintln!("error: {error}");
+                    ExitCode::FAILURE
+                }
+            }
         }
         Command::Plan {
             rate,
