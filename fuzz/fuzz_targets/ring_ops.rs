@@ -1,0 +1,253 @@
+//! The ring against its reference model, on tiny rings.
+//!
+//! The input picks a ring (2..=32 events, 64..=1024 bytes, so that records
+//! wrap the arena and evict constantly) and a sequence of operations: emits
+//! of odd sizes (empty, word and block edges, up to and past the largest
+//! payload), batches, and replays, ranges, coverage checks and reads at
+//! cursors near the head or anywhere in `u64`. Every result, and the
+//! watermark and stats after every step, must equal the reference model's
+//! (`tests/model/`, the same model `tests/ring_model.rs` uses).
+
+#![no_main]
+
+#[allow(dead_code)]
+#[path = "../../tests/model/mod.rs"]
+mod model;
+
+use arbitrary::Arbitrary;
+use gapless::{Config, EmitError, Ring};
+use libfuzzer_sys::fuzz_target;
+use model::Model;
+use std::num::NonZeroU64;
+
+#[derive(Arbitrary, Debug)]
+struct Input {
+    /// Mapped into 2..=32.
+    events: u8,
+    /// Mapped into 64..=1024.
+    bytes: u16,
+    ops: Vec<Op>,
+}
+
+#[derive(Arbitrary, Debug)]
+enum Op {
+    Emit { len: Len, fill: u8 },
+    EmitBatch { lens: Vec<Len>, fill: u8 },
+    Replay { cursor: Cursor },
+    ReplayRange { cursor: Cursor, last: Last },
+    Coverage { cursor: Cursor },
+    Read { seq: Cursor },
+}
+
+/// A payload length, mostly relative to the ring's geometry.
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum Len {
+    Zero,
+    /// 1..=16 bytes.
+    Small(u8),
+    /// A word edge: 7, 8, 9, 15, 16, 17, 63, 64, 65, ...
+    WordEdge(u8),
+    /// `k` blocks plus or minus a few bytes.
+    BlockEdge {
+        blocks: u8,
+        delta: i8,
+    },
+    /// `max_payload` plus or minus a few bytes (past it: refused).
+    NearMax(i8),
+    /// Anything up to the arena's size plus a block.
+    Any(u16),
+}
+
+/// A cursor or seq.
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum Cursor {
+    /// `back` below the model's head (saturating at 0).
+    Back(u8),
+    /// `1 + n` past the head: never published.
+    Ahead(u8),
+    /// Anything.
+    Raw(u64),
+}
+
+/// The `last` of a `replay_range`.
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum Last {
+    /// `count` after the cursor (saturating).
+    Count(u8),
+    /// Relative to the head, like a cursor.
+    At(Cursor),
+    Max,
+}
+
+const WORD_EDGES: [usize; 14] = [1, 7, 8, 9, 15, 16, 17, 55, 56, 57, 63, 64, 65, 127];
+
+struct Shape {
+    max_payload: usize,
+    block_bytes: usize,
+    arena_bytes: usize,
+}
+
+impl Len {
+    fn resolve(self, shape: &Shape) -> usize {
+        let offset = |base: usize, delta: i64| (base as i64 + delta).max(0) as usize;
+        match self {
+            Len::Zero => 0,
+            Len::Small(n) => 1 + usize::from(n % 16),
+            Len::WordEdge(i) => WORD_EDGES[usize::from(i) % WORD_EDGES.len()],
+            Len::BlockEdge { blocks, delta } => offset(
+                shape.block_bytes * usize::from(blocks % 65),
+                i64::from(delta % 9),
+            ),
+            Len::NearMax(delta) => offset(shape.max_payload, i64::from(delta % 17)),
+            Len::Any(n) => usize::from(n) % (shape.arena_bytes + shape.block_bytes + 1),
+        }
+    }
+}
+
+impl Cursor {
+    fn resolve(self, head: u64) -> u64 {
+        match self {
+            Cursor::Back(back) => head.saturating_sub(u64::from(back)),
+            Cursor::Ahead(n) => head + 1 + u64::from(n),
+            Cursor::Raw(raw) => raw,
+        }
+    }
+}
+
+/// A payload whose bytes depend on position, fill and length, so that a
+/// mix-up of records, offsets or lengths shows.
+fn payload(len: usize, fill: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| fill.wrapping_add((i as u8).wrapping_mul(31)) ^ (len as u8) ^ ((i >> 8) as u8))
+        .collect()
+}
+
+fuzz_target!(|input: Input| {
+    let events = 2 + usize::from(input.events % 31);
+    let bytes = 64 + usize::from(input.bytes % 961);
+    let config = Config::default()
+        .events(events)
+        .bytes(bytes)
+        .epoch(NonZeroU64::new(0x00c0_ffee_1234_5678).unwrap());
+    let ring = Ring::try_new(config).expect("2..=32 events and 64..=1024 bytes are valid");
+    let mut model = Model::new(&ring);
+    let g = ring.geometry();
+    let shape = Shape {
+        max_payload: ring.max_payload(),
+        block_bytes: g.block_words() * 8,
+        arena_bytes: g.arena_bytes(),
+    };
+    assert_eq!(shape.max_payload, model.max_payload);
+
+    for (step, op) in input.ops.iter().enumerate() {
+        let head = model.head;
+        match op {
+            Op::Emit { len, fill } => {
+                let p = payload(len.resolve(&shape), *fill);
+                assert_eq!(
+                    ring.emit(&p),
+                    model.emit(&p),
+                    "step {step}: {op:?} on {g:?}; len {}",
+                    p.len()
+                );
+            }
+            Op::EmitBatch { lens, fill } => {
+                let owned: Vec<Vec<u8>> = lens
+                    .iter()
+                    .enumerate()
+                    .map(|(i, len)| payload(len.resolve(&shape), fill.wrapping_add(i as u8)))
+                    .collect();
+                let refs: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+                // The model has no batch: a batch is all-or-nothing on size,
+                // then one emit per payload.
+                let expected = match refs.iter().find(|p| p.len() > model.max_payload) {
+                    Some(too_big) => Err(EmitError::TooLarge {
+                        len: too_big.len(),
+                        max: model.max_payload,
+                    }),
+                    None => {
+                        let seqs: Vec<u64> = refs.iter().map(|p| model.emit(p).unwrap()).collect();
+                        Ok(seqs.first().map(|&first| first..=*seqs.last().unwrap()))
+                    }
+                };
+                assert_eq!(
+                    ring.emit_batch(&refs),
+                    expected,
+                    "step {step}: {op:?} on {g:?}"
+                );
+            }
+            Op::Replay { cursor } => {
+                let c = cursor.resolve(head);
+                let replay = ring.replay_after(c);
+                assert_eq!(
+                    replay,
+                    model.replay_range(c, u64::MAX),
+                    "step {step}: {op:?} on {g:?}; cursor {c}"
+                );
+                // Coverage and replay agree.
+                assert_eq!(
+                    ring.coverage(c).is_covered(),
+                    replay.is_ok(),
+                    "step {step}: coverage and replay disagree at cursor {c} on {g:?}"
+                );
+            }
+            Op::ReplayRange { cursor, last } => {
+                let c = cursor.resolve(head);
+                let last = match last {
+                    Last::Count(n) => c.saturating_add(u64::from(*n)),
+                    Last::At(at) => at.resolve(head),
+                    Last::Max => u64::MAX,
+                };
+                assert_eq!(
+                    ring.replay_range(c, last),
+                    model.replay_range(c, last),
+                    "step {step}: {op:?} on {g:?}; cursor {c} last {last}"
+                );
+            }
+            Op::Coverage { cursor } => {
+                let c = cursor.resolve(head);
+                let coverage = ring.coverage(c);
+                assert_eq!(
+                    coverage,
+                    model.coverage(c),
+                    "step {step}: {op:?} on {g:?}; cursor {c}"
+                );
+                assert_eq!(
+                    coverage.is_covered(),
+                    ring.replay_after(c).is_ok(),
+                    "step {step}: coverage and replay disagree at cursor {c} on {g:?}"
+                );
+            }
+            Op::Read { seq } => {
+                let s = seq.resolve(head);
+                assert_eq!(
+                    ring.read(s),
+                    model.read(s),
+                    "step {step}: {op:?} on {g:?}; seq {s}"
+                );
+            }
+        }
+        // After every step: the watermark and the counters.
+        let first_retained = model.gap(0).first_retained;
+        assert_eq!(
+            ring.published(),
+            model.head,
+            "after step {step}: {op:?} on {g:?}"
+        );
+        assert_eq!(
+            ring.first_retained(),
+            first_retained,
+            "after step {step}: {op:?} on {g:?}"
+        );
+        let stats = ring.stats();
+        let expected = gapless::Stats {
+            claimed: model.head,
+            published: model.head,
+            // Single-threaded emits are never lapped.
+            lost: 0,
+            evicted: first_retained - 1,
+            first_retained,
+        };
+        assert_eq!(stats, expected, "after step {step}: {op:?} on {g:?}");
+    }
+});
