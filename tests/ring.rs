@@ -10,7 +10,7 @@ use std::sync::Arc;
 /// word of a 1 MiB arena).
 fn roomy() -> Config {
     if cfg!(miri) {
-        Config::default().events(64).bytes(4096)
+        Config::default().events(128).bytes(8192)
     } else {
         Config::default()
     }
