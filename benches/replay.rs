@@ -1,0 +1,66 @@
+//! Scenario (c): replay bandwidth. 1,000 events of 1 KiB are retained;
+//! one `replay_after(0)` copies all of them out (1,024,000 bytes) into
+//! owned `Bytes`. The references, on the same bytes in the same run:
+//!
+//! - `memcpy`: `copy_from_slice` of 1,024,000 bytes into a buffer allocated
+//!   once (the target's ceiling),
+//! - `memcpy_alloc`: `to_vec()` of the same bytes (a fresh allocation per
+//!   replay, as `replay_after` makes),
+//! - `mutex_vecdeque`: lock and clone the 1,000 `(seq, Bytes)` pairs (no
+//!   payload bytes copied: reference counts only; other semantics, for
+//!   scale).
+//!
+//! Throughput is in payload bytes per second.
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use std::hint::black_box;
+
+mod peers;
+use peers::MutexDeque;
+
+const EVENTS: usize = 1000;
+const PAYLOAD: usize = 1024;
+
+fn replay(c: &mut Criterion) {
+    let payload = peers::payload(PAYLOAD);
+    let total = EVENTS * PAYLOAD;
+    // Room for all 1,000 events without eviction.
+    let ring = peers::gapless(1024, 2 << 20);
+    let deque = MutexDeque::new(1024, 2 << 20);
+    for _ in 0..EVENTS {
+        ring.emit(&payload).expect("fits");
+        deque.push(&payload);
+    }
+    let all = ring.replay_after(0).expect("all retained");
+    assert_eq!(all.len(), EVENTS);
+    assert_eq!(deque.after(0).len(), EVENTS);
+
+    let source: Vec<u8> = payload.iter().copied().cycle().take(total).collect();
+    let mut destination = vec![0u8; total];
+
+    let mut group = c.benchmark_group("replay/1000x1KiB");
+    group.throughput(Throughput::Bytes(total as u64));
+    group.bench_function("gapless", |b| {
+        b.iter(|| black_box(ring.replay_after(black_box(0)).expect("retained")))
+    });
+    group.bench_function("memcpy", |b| {
+        b.iter(|| {
+            destination.copy_from_slice(black_box(&source));
+            black_box(&mut destination);
+        })
+    });
+    group.bench_function("memcpy_alloc", |b| {
+        b.iter(|| black_box(black_box(&source).to_vec()))
+    });
+    group.bench_function("mutex_vecdeque", |b| {
+        b.iter(|| black_box(deque.after(black_box(0))))
+    });
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = peers::criterion();
+    targets = replay
+}
+criterion_main!(benches);
