@@ -204,17 +204,28 @@ impl Arena {
     /// Appends the `len` bytes at `offset` to `out`. The bytes may be torn;
     /// the caller validates against the eviction bound after `fence(Acquire)`.
     pub(crate) fn copy_into(&self, offset: u64, len: usize, out: &mut Vec<u8>) {
-        let full = len / 8;
-        let mut position = offset;
-        for _ in 0..full {
-            let word = self.words[(position & self.word_mask) as usize].load(Ordering::Relaxed);
-            out.extend_from_slice(&word.to_le_bytes());
-            position += 1;
-        }
-        let rest = len % 8;
-        if rest != 0 {
-            let word = self.words[(position & self.word_mask) as usize].load(Ordering::Relaxed);
-            out.extend_from_slice(&word.to_le_bytes()[..rest]);
+        let start = out.len();
+        out.resize(start + len, 0);
+        let mut destination = &mut out[start..];
+        let mut physical = (offset & self.word_mask) as usize;
+        // At most two contiguous runs of words: up to the arena's end, then
+        // from its start.
+        while !destination.is_empty() {
+            let run_words = (self.words.len() - physical).min(destination.len().div_ceil(8));
+            let run_bytes = (run_words * 8).min(destination.len());
+            let (head, rest) = destination.split_at_mut(run_bytes);
+            let words = &self.words[physical..physical + run_words];
+            let mut chunks = head.chunks_exact_mut(8);
+            for (chunk, word) in (&mut chunks).zip(words) {
+                chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_le_bytes());
+            }
+            let tail = chunks.into_remainder();
+            if let Some(word) = words.last().filter(|_| !tail.is_empty()) {
+                let bytes = word.load(Ordering::Relaxed).to_le_bytes();
+                tail.copy_from_slice(&bytes[..tail.len()]);
+            }
+            destination = rest;
+            physical = 0;
         }
     }
 }

@@ -324,16 +324,15 @@ impl Ring {
             return Err(ReplayError::Gap(Gap::new(cursor, evicted, published)));
         }
         // Copy first, validate after one fence (a seqlock read per event).
-        let mut locations: Vec<Option<Location>> = Vec::with_capacity((last - cursor) as usize);
-        let mut bytes = Vec::new();
         let max_len = self.max_payload() as u64;
-        for seq in cursor + 1..=last {
-            let location = self.slots.locate(seq).filter(|l| l.len <= max_len);
-            if let Some(location) = &location {
-                self.arena
-                    .copy_into(location.offset, location.len as usize, &mut bytes);
-            }
-            locations.push(location);
+        let locations: Vec<Option<Location>> = (cursor + 1..=last)
+            .map(|seq| self.slots.locate(seq).filter(|l| l.len <= max_len))
+            .collect();
+        let total = locations.iter().flatten().map(|l| l.len as usize).sum();
+        let mut bytes = Vec::with_capacity(total);
+        for location in locations.iter().flatten() {
+            self.arena
+                .copy_into(location.offset, location.len as usize, &mut bytes);
         }
         fence(Ordering::Acquire);
         // Any overwrite we may have copied raised the bound before its first
