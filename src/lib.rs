@@ -98,10 +98,11 @@
 //! passes it and readers report it as part of a gap.
 //!
 //! **Arena striping.** DESIGN.md suggests striping the arena if its claim
-//! counter is contended at 4+ emitters. This ring uses one tail counter:
-//! on the 2-core machines this project is measured on, four emitters
-//! cannot be simultaneously on CPU, so striping cannot be measured to help;
-//! see `BENCHMARKS.md` for the contention figures.
+//! counter is contended at 4+ emitters. This ring keeps one tail counter:
+//! measured on the project's 2-core machine, four emitters emit no faster
+//! than one (10.1 vs 10.0 M events/s, `cargo bench --bench emit`), so the
+//! claim counter is not what limits throughput there and striping cannot be
+//! shown to help; `BENCHMARKS.md` has the figures.
 //!
 //! ## Concurrency proof
 //!
