@@ -1,1 +1,186 @@
-//! loom models live in `tests/`; this crate has no code of its own.
+//! loom models of gapless's concurrent protocols.
+//!
+//! The models live in `tests/`, one file per protocol, each gated on
+//! `cfg(loom)`. Build and run them with
+//!
+//! ```text
+//! RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom LOOM_MAX_PREEMPTIONS=2 \
+//!     cargo test -p gapless-loom-tests --release
+//! ```
+//!
+//! This library holds only what the models share: tiny rings and payloads
+//! that say who wrote them, so a reader's bytes can be checked byte for byte
+//! against what the emitter of that seq passed to `emit`.
+
+use gapless::{Config, EmitError, Event, Ring};
+use std::collections::BTreeMap;
+use std::num::NonZeroU64;
+use std::sync::{Arc, Mutex};
+
+/// A ring of `events` slots and `bytes` arena bytes, built with
+/// `Ring::try_new` (no clamping) and a fixed epoch, so every loom execution
+/// builds the same ring.
+///
+/// `tiny_ring(2, 64)` is the smallest ring there is: 2 slots, 8 arena words
+/// in 8 one-word blocks, a 56-byte payload limit.
+pub fn tiny_ring(events: usize, bytes: usize) -> Ring {
+    let config = Config::default()
+        .events(events)
+        .bytes(bytes)
+        .epoch(NonZeroU64::MIN);
+    match Ring::try_new(config) {
+        Ok(ring) => ring,
+        Err(error) => panic!("model ring {events} events / {bytes} bytes is invalid: {error}"),
+    }
+}
+
+/// The payload of emitter `emitter`'s `index`-th emit, `len` bytes long.
+///
+/// Every byte is non-zero (a fresh arena is all zeros, so a copy of
+/// unwritten words never passes for a payload) and carries the pair
+/// `(emitter, index)` in its high nibble, so payloads of different emits
+/// differ in every byte and a torn copy cannot equal any of them.
+pub fn payload(emitter: u8, index: u8, len: usize) -> Vec<u8> {
+    let tag = 1 + emitter * 4 + index;
+    assert!(tag < 16, "payload tag {tag} does not fit in a nibble");
+    (0..len).map(|i| tag << 4 | (i % 16) as u8).collect()
+}
+
+/// What each seq's emitter passed to `emit`, for the emits that committed.
+#[derive(Debug, Default)]
+pub struct Emitted {
+    committed: BTreeMap<u64, Vec<u8>>,
+    lost: Vec<u64>,
+}
+
+impl Emitted {
+    /// Records the result of emitting `payload`. Panics on anything but
+    /// `Ok` and `EmitError::Lapped`, and on a seq handed out twice.
+    pub fn record(&mut self, result: Result<u64, EmitError>, payload: Vec<u8>) {
+        let seq = match result {
+            Ok(seq) | Err(EmitError::Lapped { seq }) => seq,
+            Err(error) => panic!("unexpected emit error: {error}"),
+        };
+        assert!(
+            !self.committed.contains_key(&seq) && !self.lost.contains(&seq),
+            "seq {seq} handed out twice"
+        );
+        if result.is_ok() {
+            self.committed.insert(seq, payload);
+        } else {
+            self.lost.push(seq);
+        }
+    }
+
+    /// Seqs whose emit returned `Ok`.
+    pub fn committed(&self) -> impl Iterator<Item = u64> + '_ {
+        self.committed.keys().copied()
+    }
+
+    /// Seqs whose emit returned `EmitError::Lapped`.
+    pub fn lost(&self) -> &[u64] {
+        &self.lost
+    }
+
+    /// Every seq handed out, committed or lost.
+    pub fn claimed(&self) -> u64 {
+        (self.committed.len() + self.lost.len()) as u64
+    }
+
+    /// Asserts that the seqs handed out are exactly `1..=claimed()`.
+    pub fn assert_dense(&self) {
+        let mut seqs: Vec<u64> = self.committed().chain(self.lost.iter().copied()).collect();
+        seqs.sort_unstable();
+        let dense: Vec<u64> = (1..=self.claimed()).collect();
+        assert_eq!(seqs, dense, "seqs are not dense");
+    }
+
+    /// Asserts that `event` is a committed emit's seq with exactly the bytes
+    /// its emitter passed.
+    pub fn assert_intact(&self, event: &Event) {
+        match self.committed.get(&event.seq) {
+            Some(expected) => assert_eq!(
+                &event.payload[..],
+                &expected[..],
+                "seq {} returned with torn or wrong bytes",
+                event.seq
+            ),
+            None => panic!(
+                "seq {} was returned, but its emitter did not commit it (lost: {:?})",
+                event.seq, self.lost
+            ),
+        }
+    }
+}
+
+/// Tallies the outcomes of a model across loom's executions, so that the
+/// model can assert afterwards that it reached every interleaving it is
+/// about (a model whose interesting branch never runs proves nothing).
+///
+/// Clone it into the `loom::model` closure; it is shared with `std` types
+/// because it records about the model, not inside it.
+#[derive(Clone, Debug, Default)]
+pub struct Outcomes(Arc<Mutex<BTreeMap<&'static str, usize>>>);
+
+impl Outcomes {
+    /// Counts one execution that ended in `outcome`.
+    pub fn record(&self, outcome: &'static str) {
+        *self.tally().entry(outcome).or_default() += 1;
+    }
+
+    /// Asserts that every one of `expected` occurred at least once, and
+    /// prints the tally (visible with `--nocapture`).
+    pub fn assert_seen(&self, model: &str, expected: &[&str]) {
+        let tally = self.tally();
+        println!("{model}: {tally:?}");
+        for outcome in expected {
+            assert!(
+                tally.contains_key(outcome),
+                "{model}: no execution reached `{outcome}` ({tally:?})"
+            );
+        }
+    }
+
+    fn tally(&self) -> std::sync::MutexGuard<'_, BTreeMap<&'static str, usize>> {
+        match self.0.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+}
+
+/// A point where loom may let the emitters run before the main thread's
+/// next observation.
+///
+/// loom's DPOR reorders two operations only when it sees them conflict on
+/// the *last* access to an object. An emitter that loads an atomic and then
+/// writes it (the watermark's `load` + `fetch_max`, a slot's `load` + CAS)
+/// hides the conflict between its write and a reader's earlier load, so
+/// loom never tries the order "emitter first, then reader" for that object
+/// (tokio-rs/loom#166, #392). A model that needs those orders has each
+/// emitter thread [`pass`](Gate::pass) the gate (a `Relaxed` RMW) once,
+/// before its first emit, and the reader [`look`](Gate::look) at it (a
+/// `Relaxed` load) before each observation: a conflict loom does see, at
+/// the right places.
+///
+/// The gate must not add a happens-before edge that could hide a missing
+/// one in the engine. Both sides are `Relaxed`, and an emitter passes it
+/// before any engine code ran on its thread, so no release fence precedes
+/// the RMW that a reader's later `fence(Acquire)` could pair with.
+#[cfg(loom)]
+#[derive(Debug, Default)]
+pub struct Gate(loom::sync::atomic::AtomicUsize);
+
+#[cfg(loom)]
+impl Gate {
+    /// An emitter thread is about to start emitting. Call once per thread,
+    /// before its first emit.
+    pub fn pass(&self) {
+        self.0.fetch_add(1, loom::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The reader is about to observe the ring.
+    pub fn look(&self) {
+        self.0.load(loom::sync::atomic::Ordering::Relaxed);
+    }
+}
