@@ -18,10 +18,10 @@ have_nightly_component() {
 }
 
 run_loom() {
-    echo "== loom: every model, LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:-2}"
+    echo "== loom: every model, LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:-3}"
     local started=$SECONDS
     RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
-        LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-2}" \
+        LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" \
         cargo test -p gapless-loom-tests --release
     echo "== loom: done in $((SECONDS - started)) s"
 }
