@@ -3,7 +3,10 @@
 //!
 //! A session owns a ring and two cursors. `acked` is the highest seq the
 //! client *said* it processed (a `Last-Event-ID`, an explicit ack, an upgrade
-//! body); `sent` is the highest seq the server handed to a transport.
+//! body); `sent` is the highest seq the server accounted for to the client:
+//! handed to a transport, or reported gone in a gap report (so a client that
+//! accepted a reported loss can go on from `first_retained - 1`, while a
+//! cursor beyond anything it was sent or told is still refused).
 //! `acked <= sent <= published` always holds. A `Last-Event-ID` is a replay
 //! cursor, not a delivery guarantee: every resume and upgrade either replays
 //! everything after the client's own cursor, or is refused with a
@@ -286,7 +289,8 @@ pub struct SessionState {
     pub epoch: u64,
     /// The highest seq the client said it processed.
     pub acked: u64,
-    /// The highest seq handed to a transport.
+    /// The highest seq handed to a transport (or reported gone to the
+    /// client in a gap report).
     pub sent: u64,
     /// The ring's published watermark.
     pub published: u64,
@@ -307,7 +311,8 @@ struct PendingUpgrade {
 struct Cursors {
     /// Highest seq the client said it processed. `acked <= sent`.
     acked: u64,
-    /// Highest seq handed to a transport. `sent <= ring.published()`.
+    /// Highest seq accounted for to the client: handed to a transport, or
+    /// reported gone in a gap report. `sent <= ring.published()`.
     sent: u64,
     /// The current attachment's transport; `Transport::None` when detached.
     transport: Transport,
@@ -399,8 +404,24 @@ impl Session {
     }
 
     /// Epoch, `cursor <= sent`, and coverage: the checks every resume and
-    /// upgrade makes. Returns the grant.
-    fn check_resume(&self, cursors: &Cursors, cursor: EventId) -> Result<Grant, Refusal> {
+    /// upgrade makes. Returns the grant. A gap refusal is a report to the
+    /// client: the seqs it names as gone count as accounted for, so the
+    /// client may resume from `first_retained - 1` once it has accepted the
+    /// loss (any later cursor is still `cursor_ahead`).
+    fn check_resume(&self, cursors: &mut Cursors, cursor: EventId) -> Result<Grant, Refusal> {
+        let result = self.check_cover(cursors, cursor);
+        if let Err(Refusal::GapNotCovered { first_retained, .. }) = result {
+            self.account_gap(cursors, first_retained);
+        }
+        result
+    }
+
+    fn account_gap(&self, cursors: &mut Cursors, first_retained: u64) {
+        let through = first_retained.saturating_sub(1).min(self.ring.published());
+        cursors.sent = cursors.sent.max(through);
+    }
+
+    fn check_cover(&self, cursors: &Cursors, cursor: EventId) -> Result<Grant, Refusal> {
         self.check_epoch(cursor)?;
         let seq = cursor.seq;
         if seq > cursors.sent {
@@ -444,7 +465,7 @@ impl Session {
     /// [`Refusal::GapNotCovered`].
     pub fn resume_sse(&self, cursor: EventId) -> Result<(Grant, Attachment), Refusal> {
         let mut cursors = lock(&self.cursors);
-        let grant = self.check_resume(&cursors, cursor)?;
+        let grant = self.check_resume(&mut cursors, cursor)?;
         cursors.acked = cursors.acked.max(cursor.seq);
         Ok((grant, Self::attach(&mut cursors, Transport::Sse)))
     }
@@ -493,7 +514,7 @@ impl Session {
                 acked: cursors.acked,
             });
         }
-        let grant = self.check_resume(&cursors, cursor)?;
+        let grant = self.check_resume(&mut cursors, cursor)?;
         if self.options.drain_before_upgrade && grant.replay_from <= grant.replay_to {
             return Err(Refusal::NotDrained {
                 cursor: cursor.seq,
@@ -539,8 +560,16 @@ impl Session {
             epoch: self.ring.epoch(),
             seq: pending.cursor,
         };
-        let grant = self.check_resume(&cursors, cursor)?;
+        let grant = self.check_resume(&mut cursors, cursor)?;
         Ok((grant, Self::attach(&mut cursors, Transport::WebSocket)))
+    }
+
+    /// A transport told the client that the events before `first_retained`
+    /// are gone (an SSE `gap` event, a WebSocket close 4409): they count as
+    /// accounted for, as after a `gap_not_covered` refusal.
+    pub fn gap_reported(&self, first_retained: u64) {
+        let mut cursors = lock(&self.cursors);
+        self.account_gap(&mut cursors, first_retained);
     }
 
     /// Records that a transport wrote every event up to `seq`.

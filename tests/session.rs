@@ -77,6 +77,35 @@ fn variant_2_an_evicted_gap_is_refused_with_its_figures() {
 }
 
 #[test]
+fn after_a_reported_gap_the_client_may_go_on_from_first_retained_minus_one() {
+    let s = session(4, SessionOptions::default());
+    emit_and_send(&s, 2);
+    for _ in 0..8 {
+        s.ring().emit(b"{}").unwrap(); // 3..=10, never sent: 3..=6 evicted
+    }
+    // Before any report, a cursor beyond what was sent is an echo.
+    assert!(matches!(
+        s.resume_sse(id(&s, 6)),
+        Err(Refusal::CursorAhead { .. })
+    ));
+    let first_retained = match s.resume_sse(id(&s, 2)) {
+        Err(Refusal::GapNotCovered { first_retained, .. }) => first_retained,
+        other => panic!("expected a gap, got {other:?}"),
+    };
+    assert_eq!(first_retained, 7);
+    // The client was told 3..=6 are gone: accepting that, it goes on from 6.
+    let (grant, _) = s.resume_sse(id(&s, first_retained - 1)).unwrap();
+    assert_eq!((grant.replay_from, grant.replay_to), (7, 10));
+    // Anything beyond what it was sent or told is still refused.
+    assert!(matches!(
+        s.begin_upgrade(id(&s, 8), Ticket([1; 16]), Instant::now()),
+        Err(Refusal::CursorAhead { sent: 6, .. })
+    ));
+    let state = s.state();
+    assert!(state.acked <= state.sent && state.sent <= state.published);
+}
+
+#[test]
 fn variant_3_an_echoed_server_id_is_refused_as_cursor_ahead() {
     let s = session(64, SessionOptions::default());
     emit_and_send(&s, 10);

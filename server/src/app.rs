@@ -165,10 +165,14 @@ async fn emit(
 ) -> Result<Response, ApiError> {
     let entry = lookup(&state, &id)?;
     let bytes = body(&state, payload)?;
-    let value: serde_json::Value = serde_json::from_slice(&bytes)
+    // JSON text is UTF-8 (RFC 8259); `IgnoredAny` skips strings unchecked.
+    let text = std::str::from_utf8(&bytes)
+        .map_err(|e| ApiError::BadRequest(format!("body must be UTF-8 JSON: {e}")))?;
+    serde_json::from_str::<serde::de::IgnoredAny>(text)
         .map_err(|e| ApiError::BadRequest(format!("body must be a JSON value: {e}")))?;
-    // Stored compact: one SSE data line, and byte-identical on every transport.
-    let compact = serde_json::to_vec(&value).map_err(|e| ApiError::Internal(e.to_string()))?;
+    // Stored compact but otherwise as sent (key order, number spelling and
+    // escapes untouched): one SSE data line, the same bytes on every transport.
+    let compact = crate::json::minify(&bytes);
     match entry.session.ring().emit(&compact) {
         Ok(seq) => {
             state.metrics.events_emitted.fetch_add(1, Ordering::Relaxed);

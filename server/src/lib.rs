@@ -22,6 +22,7 @@ pub mod churn;
 pub mod client;
 mod error;
 mod ids;
+mod json;
 mod metrics;
 pub mod plan;
 mod sse_stream;

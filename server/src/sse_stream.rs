@@ -149,6 +149,7 @@ async fn stream(
                     }
                     Err(ReplayError::Gap(gap)) => {
                         state.metrics.lapped_readers.fetch_add(1, Ordering::Relaxed);
+                        session.gap_reported(gap.first_retained);
                         let body = refusal_body(&Refusal::GapNotCovered {
                             cursor: gap.cursor,
                             first_retained: gap.first_retained,

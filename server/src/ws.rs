@@ -101,6 +101,7 @@ async fn stream(
                     .fetch_add(events.len() as u64, Ordering::Relaxed);
             }
             Err(ReplayError::Gap(gap)) => {
+                session.gap_reported(gap.first_retained);
                 let _ = sink.send(close(GAP_CLOSE, &gap_refusal(gap))).await;
                 return None;
             }
@@ -138,6 +139,7 @@ async fn stream(
                     }
                     Err(ReplayError::Gap(gap)) => {
                         state.metrics.lapped_readers.fetch_add(1, Ordering::Relaxed);
+                        session.gap_reported(gap.first_retained);
                         let _ = sink.send(close(GAP_CLOSE, &gap_refusal(gap))).await;
                         return None;
                     }
