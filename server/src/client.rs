@@ -1214,17 +1214,14 @@ impl SseParser {
                 self.data.push_str(value);
                 self.data.push('\n');
             }
-            "id" => {
-                if !value.contains('\0') {
-                    value.clone_into(&mut self.last_event_id);
-                    self.id_in_block = Some(value.to_owned());
-                }
+            "id" if !value.contains('\0') => {
+                value.clone_into(&mut self.last_event_id);
+                self.id_in_block = Some(value.to_owned());
             }
-            "retry" => {
-                if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
-                    if let Ok(ms) = value.parse() {
-                        self.retry = Some(ms);
-                    }
+            // Only ASCII digits; a value too large for u64 is ignored too.
+            "retry" if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
+                if let Ok(ms) = value.parse() {
+                    self.retry = Some(ms);
                 }
             }
             _ => {}
@@ -1259,7 +1256,8 @@ impl SseParser {
 // Streams
 // ---------------------------------------------------------------------------
 
-type ByteStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
+/// The body of an event stream: any stream of byte chunks.
+pub type ByteStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
 
 /// An open SSE response, parsed incrementally.
 pub struct SseStream {
@@ -1760,7 +1758,7 @@ impl MigratingClient {
         match self.client.open_sse(&self.session, header).await {
             Ok(stream) => {
                 self.connection = Connection::Sse(stream);
-                self.first_expected = Some(cursor.seq + 1);
+                self.first_expected = Some(cursor.seq.saturating_add(1));
                 self.resumes += 1;
                 Ok(())
             }
@@ -1789,8 +1787,11 @@ impl MigratingClient {
     ///
     /// # Errors
     /// As [`Client::ack`].
-    pub async fn ack(&self) -> Result<(), ClientError> {
-        self.client.ack(&self.session, self.cursor()).await
+    pub fn ack(&self) -> impl Future<Output = Result<(), ClientError>> + Send + 'static {
+        // Owns what it needs: the follower (whose streams are `Send` but not
+        // `Sync`) is not borrowed across the await.
+        let (client, session, cursor) = (self.client.clone(), self.session.clone(), self.cursor());
+        async move { client.ack(&session, cursor).await }
     }
 
     /// Migrates to WebSocket: stops processing the current transport,
@@ -1814,18 +1815,18 @@ impl MigratingClient {
                 return Err(error);
             }
         };
-        if grant.replay_from != cursor.seq + 1 || grant.replay_to < cursor.seq {
+        if grant.replay_from != cursor.seq.saturating_add(1) || grant.replay_to < cursor.seq {
             return Err(ClientError::Protocol(format!(
                 "upgrade with cursor {} granted replay {}..={}, expected to start at {}",
                 cursor.seq,
                 grant.replay_from,
                 grant.replay_to,
-                cursor.seq + 1
+                cursor.seq.saturating_add(1)
             )));
         }
         let socket = self.client.connect_ws(&grant).await?;
         self.connection = Connection::Ws(socket);
-        self.first_expected = Some(cursor.seq + 1);
+        self.first_expected = Some(cursor.seq.saturating_add(1));
         self.migrations += 1;
         Ok(grant)
     }
@@ -1893,6 +1894,11 @@ impl MigratingClient {
     /// before the gap's `first_retained`. Returns how many seqs were
     /// skipped (counted in [`GapDetector::reported_lost`]).
     ///
+    /// `PROTOCOL.md` does not say how a client continues after a gap: a
+    /// server that also applies the `cursor_ahead` rule (the cursor must not
+    /// exceed what it `sent`) refuses the moved cursor, so the session may
+    /// have to be abandoned for a new one.
+    ///
     /// # Errors
     /// [`ClientError::Protocol`] if the report names no `first_retained`.
     pub fn accept_gap(&mut self, gap: &ReportedGap) -> Result<u64, ClientError> {
@@ -1926,11 +1932,15 @@ mod tests {
 
     #[test]
     fn line_endings_cr_lf_crlf_even_split() {
-        let input = b"data: a\r\ndata: b\rdata: c\n\rid: 1\r\n\r\n";
+        let input = b"data: a\r\ndata: b\rdata: c\n\rid: 1\r\ndata: d\r\r\n";
         let whole = parse_all(&[input]);
         assert_eq!(whole.len(), 2, "{whole:?}");
         assert_eq!(whole[0].data, "a\nb\nc");
         assert_eq!(whole[0].id, None);
+        assert_eq!(
+            (whole[1].data.as_str(), whole[1].id.as_deref()),
+            ("d", Some("1"))
+        );
         assert_eq!(bytewise(input), whole);
         // "\r" then "\n" in separate chunks is ONE line break.
         let split = parse_all(&[b"data: x\r", b"\ndata: y\r", b"\n\r", b"\n"]);
