@@ -354,7 +354,7 @@ fn check_refusal(s: &Session, refusal: Refusal, asked: u64) -> Result<(), TestCa
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(1000))]
+    #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 4 } else { 1000 }))]
 
     /// Random sequences of emit / send / ack / resume / upgrade / handshake
     /// on a small ring keep `acked <= sent <= published`, grant migrations
