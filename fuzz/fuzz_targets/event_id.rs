@@ -1,10 +1,14 @@
 //! The event-ID wire form (DESIGN §6): the strict parser never panics,
 //! accepts exactly the canonical strings (decided here without it), and
 //! every accepted string prints back byte for byte; every `(epoch, seq)`
-//! survives display then parse.
+//! survives display then parse. The same bytes also go through the other
+//! token the server parses from requests: 128-bit hex (upgrade tickets and
+//! session IDs), accepted iff exactly 32 lowercase hex digits, printing back
+//! identically.
 
 #![no_main]
 
+use gapless::session::{parse_hex128, Ticket};
 use gapless::{EventId, ParseEventIdError, MAX_EVENT_ID_LEN};
 use gapless_fuzz::is_canonical_event_id;
 use libfuzzer_sys::fuzz_target;
@@ -43,4 +47,19 @@ fuzz_target!(|data: &[u8]| {
     assert!(text.len() <= MAX_EVENT_ID_LEN, "{text}");
     assert!(is_canonical_event_id(text.as_bytes()), "{text}");
     assert_eq!(EventId::parse(text.as_bytes()), Ok(id), "{text}");
+
+    // Tickets and session IDs.
+    if let Ok(text) = std::str::from_utf8(data) {
+        let canonical = text.len() == 32
+            && text
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        match parse_hex128(text) {
+            Ok(bytes) => {
+                assert!(canonical, "{text:?}");
+                assert_eq!(Ticket(bytes).to_string(), text);
+            }
+            Err(_) => assert!(!canonical, "{text:?}"),
+        }
+    }
 });
