@@ -138,22 +138,25 @@ fuzz_target!(|input: Input| {
                 }
                 Err(refusal) => check(&session, refusal, u64::from(seq)),
             },
-            Op::Handshake { ticket } => match session.complete_upgrade(&Ticket([ticket; 16]), now) {
-                Ok((grant, attachment)) => {
-                    let (expected_ticket, cursor) = granted.take().expect("a ticket was granted");
-                    assert_eq!(expected_ticket, ticket);
-                    assert_eq!(grant.replay_from, cursor + 1, "first frame is cursor + 1");
-                    assert_eq!(attachment.transport(), Transport::WebSocket);
-                }
-                Err(refusal) => {
-                    if let Some((expected_ticket, cursor)) = granted {
-                        if expected_ticket == ticket {
-                            granted = None;
-                            check(&session, refusal, cursor);
+            Op::Handshake { ticket } => {
+                match session.complete_upgrade(&Ticket([ticket; 16]), now) {
+                    Ok((grant, attachment)) => {
+                        let (expected_ticket, cursor) =
+                            granted.take().expect("a ticket was granted");
+                        assert_eq!(expected_ticket, ticket);
+                        assert_eq!(grant.replay_from, cursor + 1, "first frame is cursor + 1");
+                        assert_eq!(attachment.transport(), Transport::WebSocket);
+                    }
+                    Err(refusal) => {
+                        if let Some((expected_ticket, cursor)) = granted {
+                            if expected_ticket == ticket {
+                                granted = None;
+                                check(&session, refusal, cursor);
+                            }
                         }
                     }
                 }
-            },
+            }
             Op::Wait(seconds) => now += Duration::from_secs(u64::from(seconds)),
             Op::Close => {
                 session.close();
