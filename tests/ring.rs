@@ -294,3 +294,13 @@ fn poll_next_registers_a_waker_and_is_woken() {
         other => panic!("expected one event, got {other:?}"),
     }
 }
+
+#[test]
+fn rings_stores_and_followers_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Ring>();
+    send_sync::<gapless::Store<String>>();
+    send_sync::<gapless::session::Session>();
+    fn send<T: Send>() {}
+    send::<Follower<Arc<Ring>>>();
+}
