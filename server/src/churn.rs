@@ -238,15 +238,30 @@ fn current(shared: &Shared) -> String {
     shared.lock().map(|s| s.clone()).unwrap_or_default()
 }
 
-async fn producer(
-    client: Client,
+/// What one session's producer and client share.
+#[derive(Clone)]
+struct Lane {
+    /// The session's index (it tags the payloads).
     k: usize,
-    shared: Shared,
-    config: ChurnConfig,
-    stop: Arc<AtomicBool>,
-    tally: Arc<Tally>,
+    client: Client,
+    /// The session ID, replaced when the client re-creates the session.
+    session: Shared,
+    /// The ID the server returned for the producer's latest emit: what a
+    /// buggy client would echo.
     last_id: Arc<Mutex<Option<gapless::EventId>>>,
-) {
+    config: ChurnConfig,
+    tally: Arc<Tally>,
+}
+
+async fn producer(lane: Lane, stop: Arc<AtomicBool>) {
+    let Lane {
+        k,
+        client,
+        session: shared,
+        last_id,
+        config,
+        tally,
+    } = lane;
     let period = Duration::from_secs_f64(1.0 / config.rate.max(0.001));
     let mut ticker = tokio::time::interval(period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -359,17 +374,19 @@ async fn after_refusal(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn churn_client(
-    client: Client,
-    k: usize,
-    shared: Shared,
+    lane: Lane,
     created: crate::client::Created,
-    config: ChurnConfig,
     deadline: Instant,
-    tally: Arc<Tally>,
-    last_id: Arc<Mutex<Option<gapless::EventId>>>,
 ) -> Result<(), ClientError> {
+    let Lane {
+        k,
+        client,
+        session: shared,
+        last_id,
+        config,
+        tally,
+    } = lane;
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (k as u64 + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9));
     let mut mc = MigratingClient::new(client.clone(), &created);
     let stale_wait = Duration::from_secs_f64(config.ring_events as f64 / config.rate * 1.5);
@@ -493,27 +510,16 @@ pub async fn run(
     let mut clients = Vec::new();
     for k in 0..config.sessions {
         let created = client.create_session().await?;
-        let shared: Shared = Arc::new(Mutex::new(created.session.clone()));
-        let last_id = Arc::new(Mutex::new(None));
-        producers.push(tokio::spawn(producer(
-            client.clone(),
+        let lane = Lane {
             k,
-            Arc::clone(&shared),
-            config.clone(),
-            Arc::clone(&stop),
-            Arc::clone(&tally),
-            Arc::clone(&last_id),
-        )));
-        clients.push(tokio::spawn(churn_client(
-            client.clone(),
-            k,
-            shared,
-            created,
-            config.clone(),
-            deadline,
-            Arc::clone(&tally),
-            last_id,
-        )));
+            client: client.clone(),
+            session: Arc::new(Mutex::new(created.session.clone())),
+            last_id: Arc::new(Mutex::new(None)),
+            config: config.clone(),
+            tally: Arc::clone(&tally),
+        };
+        producers.push(tokio::spawn(producer(lane.clone(), Arc::clone(&stop))));
+        clients.push(tokio::spawn(churn_client(lane, created, deadline)));
     }
     let terminal = std::io::stderr().is_terminal();
     let mut progress = tokio::time::interval(Duration::from_secs(1));
