@@ -6,22 +6,23 @@ use std::num::NonZeroU64;
 
 /// The smallest index ring: two slots.
 pub const MIN_EVENTS: usize = 2;
-/// The largest index ring: 2^22 slots (128 MiB of slot metadata).
-pub const MAX_EVENTS: usize = 1 << 22;
+/// The largest index ring: 2^21 slots (64 MiB of slot metadata). The claim
+/// word's 24-bit seq field must span every seq in flight plus a ring.
+pub const MAX_EVENTS: usize = 1 << 21;
 /// The smallest byte arena: 64 bytes (eight words).
 pub const MIN_BYTES: usize = 64;
-/// The largest byte arena: 4 GiB.
+/// The largest payload capacity: 4 GiB (an 8 GiB arena with its reserve).
 pub const MAX_BYTES: usize = 1 << 32;
-
-/// The most leases an arena is divided into (see [`Geometry::blocks`]).
-const MAX_BLOCKS: usize = 64;
 
 /// How big a [`Ring`](crate::Ring) is: how many events it retains and how
 /// many payload bytes.
 ///
 /// Both bounds are fixed at construction and preallocated; a ring's memory
 /// never grows. Sizes are rounded up to powers of two (so that a seq maps to
-/// its slot and a byte position to its arena word with a mask).
+/// its slot and a byte position to its arena word with a mask). The arena is
+/// twice the rounded byte count: the second half is the retention reserve
+/// (see [`Geometry`]), so a ring built with `bytes(n)` accepts a payload of
+/// `n` bytes.
 /// [`Ring::try_new`](crate::Ring::try_new) rejects sizes outside
 /// [`MIN_EVENTS`]..=[`MAX_EVENTS`] and [`MIN_BYTES`]..=[`MAX_BYTES`] with a
 /// [`ConfigError`]; [`Ring::new`](crate::Ring::new) clamps them into range
@@ -32,7 +33,8 @@ const MAX_BLOCKS: usize = 64;
 /// let config = Config::default().events(1000).bytes(1 << 20);
 /// let geometry = config.geometry().unwrap();
 /// assert_eq!(geometry.events(), 1024); // rounded up to a power of two
-/// assert_eq!(geometry.arena_bytes(), 1 << 20);
+/// assert_eq!(geometry.max_payload(), 1 << 20);
+/// assert_eq!(geometry.arena_bytes(), 2 << 20); // with the reserve
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -60,7 +62,9 @@ impl Config {
         self
     }
 
-    /// Retain at most `bytes` payload bytes (rounded up to a power of two).
+    /// Accept payloads of up to `bytes` bytes, and retain at least that many
+    /// bytes of the newest events (rounded up to a power of two; the arena
+    /// is twice that).
     #[must_use]
     pub fn bytes(mut self, bytes: usize) -> Self {
         self.bytes = bytes;
@@ -118,22 +122,26 @@ impl Config {
             });
         }
         let slots = self.events.next_power_of_two();
-        let words = self.bytes.div_ceil(8).next_power_of_two();
-        let blocks = words.min(MAX_BLOCKS);
-        Ok(Geometry {
-            slots,
-            words,
-            blocks,
-        })
+        let words = 2 * self.bytes.div_ceil(8).next_power_of_two();
+        Ok(Geometry { slots, words })
     }
 }
 
-/// The resolved layout of a ring. All three counts are powers of two.
+/// The resolved layout of a ring: `events` slots and `arena_words` words,
+/// both powers of two, each half of it a retention reserve.
+///
+/// An emitter of seq `s` at words `[p, p + n)` writes only once the
+/// published watermark `P` satisfies `P >= s - window()` and the published
+/// records end at or past `p + n - window_words()`. So the newest
+/// [`reserve_events`](Geometry::reserve_events) published events, and the
+/// newest [`reserve_words`](Geometry::reserve_words) words of published
+/// records, are never overwritten while the watermark stands still (an
+/// emitter is stalled between claim and commit): replays of them keep
+/// succeeding. While the watermark moves, all `events` are retained.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {
     slots: usize,
     words: usize,
-    blocks: usize,
 }
 
 impl Geometry {
@@ -142,39 +150,49 @@ impl Geometry {
         self.slots
     }
 
-    /// Payload capacity in 8-byte arena words.
+    /// The newest published events an emitter never overwrites: half the
+    /// slots.
+    pub fn reserve_events(&self) -> usize {
+        self.slots / 2
+    }
+
+    /// How far ahead of the watermark seqs may be written: `events -
+    /// reserve_events`. Emitters further ahead wait at the wrap.
+    pub fn window(&self) -> usize {
+        self.slots - self.reserve_events()
+    }
+
+    /// Arena size in 8-byte words, reserve included.
     pub fn arena_words(&self) -> usize {
         self.words
     }
 
-    /// Payload capacity in bytes.
+    /// Arena size in bytes, reserve included.
     pub fn arena_bytes(&self) -> usize {
         self.words * 8
     }
 
-    /// How many leases the arena is divided into. A writer may write into a
-    /// block only while no writer of an earlier lap of that block is still
-    /// writing; a reader's retention bound moves a block at a time.
-    pub fn blocks(&self) -> usize {
-        self.blocks
+    /// The newest words of published records an emitter never overwrites:
+    /// half the arena.
+    pub fn reserve_words(&self) -> usize {
+        self.words / 2
     }
 
-    /// Words per block.
-    pub fn block_words(&self) -> usize {
-        self.words / self.blocks
+    /// How far past the end of the published records words may be written:
+    /// `arena_words - reserve_words`.
+    pub fn window_words(&self) -> usize {
+        self.words - self.reserve_words()
     }
 
-    /// The largest payload an emit accepts: the arena less one block, so that
-    /// a record never spans two laps of the same block.
+    /// The largest payload an emit accepts: `window_words` words, at least
+    /// the `bytes` the ring was configured with.
     pub fn max_payload(&self) -> usize {
-        (self.words - self.block_words()) * 8
+        self.window_words() * 8
     }
 
-    /// Bytes of memory the ring preallocates for slots, arena and leases.
+    /// Bytes of memory the ring preallocates for slots and arena.
     pub fn footprint(&self) -> usize {
-        self.slots * crate::slots::SLOT_BYTES
-            + self.words * 8
-            + self.blocks * crate::arena::LEASE_BYTES
+        self.slots * crate::slots::SLOT_BYTES + self.words * 8
     }
 }
 
@@ -218,10 +236,10 @@ mod tests {
     fn rounds_up_to_powers_of_two() {
         let g = Config::default().events(3).bytes(65).geometry().unwrap();
         assert_eq!(g.events(), 4);
-        assert_eq!(g.arena_words(), 16);
-        assert_eq!(g.blocks(), 16);
-        assert_eq!(g.block_words(), 1);
-        assert_eq!(g.max_payload(), 15 * 8);
+        assert_eq!((g.reserve_events(), g.window()), (2, 2));
+        assert_eq!(g.arena_words(), 32);
+        assert_eq!((g.reserve_words(), g.window_words()), (16, 16));
+        assert_eq!(g.max_payload(), 128);
     }
 
     #[test]
@@ -254,14 +272,20 @@ mod tests {
                 .geometry()
                 .unwrap();
             assert!(g.events() >= MIN_EVENTS && g.events() <= MAX_EVENTS);
-            assert!(g.arena_bytes() >= MIN_BYTES && g.arena_bytes() <= MAX_BYTES);
+            assert!(g.max_payload() >= MIN_BYTES && g.max_payload() <= MAX_BYTES);
         }
     }
 
     #[test]
-    fn large_arenas_have_at_most_64_blocks() {
-        let g = Config::default().bytes(1 << 20).geometry().unwrap();
-        assert_eq!(g.blocks(), 64);
-        assert_eq!(g.block_words(), (1 << 17) / 64);
+    fn bytes_n_accepts_a_payload_of_n_bytes() {
+        for bytes in [MIN_BYTES, 65, 1000, 1 << 20, MAX_BYTES] {
+            let g = Config::default().bytes(bytes).geometry().unwrap();
+            assert!(
+                g.max_payload() >= bytes,
+                "bytes({bytes}) accepts only {}",
+                g.max_payload()
+            );
+            assert_eq!(g.max_payload() + g.reserve_words() * 8, g.arena_bytes());
+        }
     }
 }

@@ -19,21 +19,6 @@ pub struct Gap {
     pub evicted: u64,
 }
 
-impl Gap {
-    /// The gap between `cursor` and the retained range, where every seq up
-    /// to `evicted_through` may be gone and `published` is the watermark.
-    /// The caller guarantees `cursor < evicted_through` and `cursor < published`.
-    pub(crate) fn new(cursor: u64, evicted_through: u64, published: u64) -> Self {
-        let first_retained = evicted_through.min(published) + 1;
-        Self {
-            cursor,
-            first_retained,
-            published,
-            evicted: first_retained - cursor - 1,
-        }
-    }
-}
-
 impl fmt::Display for Gap {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -47,7 +32,7 @@ impl fmt::Display for Gap {
 /// Why [`Ring::replay_after`](crate::Ring::replay_after) returned no events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ReplayError {
-    /// Events after the cursor were evicted or lost: a contiguous replay is
+    /// Events after the cursor were evicted: a contiguous replay is
     /// impossible.
     Gap(Gap),
     /// The cursor is beyond the published watermark: it names events that
@@ -113,22 +98,17 @@ pub enum EmitError {
         /// The largest payload this ring accepts.
         max: usize,
     },
-    /// The emitter was lapped before it committed: seq `seq` was consumed
-    /// and will never hold data. Readers report it as a gap.
-    Lapped {
-        /// The lost seq.
-        seq: u64,
-    },
-    /// Part of a batch was lapped before it committed: of the seqs
-    /// `first ..= last`, `lost` hold no data (readers report them as a gap);
-    /// the others were committed.
-    BatchLapped {
-        /// The batch's first seq.
-        first: u64,
-        /// The batch's last seq.
-        last: u64,
-        /// How many of them were lost.
-        lost: u64,
+    /// A batch larger than the ring's window, in events or in bytes, or
+    /// than [`MAX_BATCH`](crate::MAX_BATCH). Nothing was emitted.
+    BatchTooLarge {
+        /// Events in the batch.
+        events: usize,
+        /// The batch's payload bytes, each padded to 8.
+        bytes: u64,
+        /// The most events one batch may hold on this ring.
+        max_events: usize,
+        /// The most padded bytes one batch may hold on this ring.
+        max_bytes: u64,
     },
 }
 
@@ -139,13 +119,14 @@ impl fmt::Display for EmitError {
                 f,
                 "payload of {len} bytes is larger than the ring can hold ({max} bytes)"
             ),
-            Self::Lapped { seq } => write!(
+            Self::BatchTooLarge {
+                events,
+                bytes,
+                max_events,
+                max_bytes,
+            } => write!(
                 f,
-                "seq {seq} was lapped before it committed and is lost (readers see a gap)"
-            ),
-            Self::BatchLapped { first, last, lost } => write!(
-                f,
-                "{lost} of seqs {first}..={last} were lapped before they committed and are lost"
+                "a batch of {events} events and {bytes} bytes is larger than the ring takes at once ({max_events} events, {max_bytes} bytes)"
             ),
         }
     }

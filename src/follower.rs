@@ -3,7 +3,8 @@
 
 use crate::error::ReplayError;
 use crate::event::Event;
-use crate::ring::Ring;
+use crate::ring::{EmitMode, Ring, Shared};
+use std::marker::PhantomData;
 use std::ops::Deref;
 use std::task::{Context, Poll};
 
@@ -15,7 +16,8 @@ use std::task::{Context, Poll};
 /// skipped forward: it gets [`ReplayError::Gap`] and its cursor stays where
 /// it was.
 ///
-/// `R` is anything that derefs to a [`Ring`]: `&Ring`, `Arc<Ring>`.
+/// `R` is anything that derefs to a [`Ring`]: `&Ring`, `Arc<Ring>`, or the
+/// `Arc<Ring<SingleWriter>>` of a [`Writer`](crate::Writer).
 ///
 /// ```
 /// use gapless::{Config, Follower, Ring};
@@ -36,16 +38,21 @@ use std::task::{Context, Poll};
 /// # Ok::<(), gapless::ReplayError>(())
 /// ```
 #[derive(Debug)]
-pub struct Follower<R: Deref<Target = Ring>> {
+pub struct Follower<R: Deref<Target = Ring<M>>, M: EmitMode = Shared> {
     ring: R,
     /// The last seq yielded (or the starting cursor).
     cursor: u64,
+    mode: PhantomData<fn() -> M>,
 }
 
-impl<R: Deref<Target = Ring>> Follower<R> {
+impl<R: Deref<Target = Ring<M>>, M: EmitMode> Follower<R, M> {
     /// A follower that next yields `cursor + 1`.
     pub fn new(ring: R, cursor: u64) -> Self {
-        Self { ring, cursor }
+        Self {
+            ring,
+            cursor,
+            mode: PhantomData,
+        }
     }
 
     /// The last seq yielded.
@@ -54,7 +61,7 @@ impl<R: Deref<Target = Ring>> Follower<R> {
     }
 
     /// The ring followed.
-    pub fn ring(&self) -> &Ring {
+    pub fn ring(&self) -> &Ring<M> {
         &self.ring
     }
 
@@ -84,7 +91,7 @@ impl<R: Deref<Target = Ring>> Follower<R> {
                 return Ok(events);
             }
             let cursor = self.cursor;
-            let ring: &Ring = &self.ring;
+            let ring: &Ring<M> = &self.ring;
             ring.notifier().wait_until(|| ring.published() > cursor);
         }
     }
@@ -104,7 +111,7 @@ impl<R: Deref<Target = Ring>> Follower<R> {
             return Ok(events);
         }
         let cursor = self.cursor;
-        let ring: &Ring = &self.ring;
+        let ring: &Ring<M> = &self.ring;
         if ring
             .notifier()
             .wait_until_timeout(|| ring.published() > cursor, timeout)
@@ -125,7 +132,7 @@ impl<R: Deref<Target = Ring>> Follower<R> {
                 ready => return Poll::Ready(ready),
             }
             let cursor = self.cursor;
-            let ring: &Ring = &self.ring;
+            let ring: &Ring<M> = &self.ring;
             if !ring
                 .notifier()
                 .register(cx.waker(), || ring.published() > cursor)

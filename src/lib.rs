@@ -116,25 +116,31 @@
 #![warn(rust_2018_idioms)]
 
 mod arena;
+mod claim;
 mod config;
+mod emit;
 mod epoch;
 mod error;
 mod event;
 mod event_id;
 mod follower;
 mod notify;
+mod read;
 mod ring;
 mod slots;
 mod store;
 mod sync;
+mod writer;
 
 pub mod session;
 pub mod sse;
 
 pub use config::{Config, ConfigError, Geometry, MAX_BYTES, MAX_EVENTS, MIN_BYTES, MIN_EVENTS};
+pub use emit::MAX_BATCH;
 pub use error::{Coverage, EmitError, Gap, ReadError, ReplayError};
 pub use event::Event;
 pub use event_id::{EventId, ParseEventIdError, MAX_EVENT_ID_LEN};
 pub use follower::Follower;
-pub use ring::{Ring, Stats};
+pub use ring::{EmitMode, Ring, Shared, SingleWriter, Stats};
 pub use store::Store;
+pub use writer::Writer;

@@ -1,14 +1,17 @@
-//! Wake-ups for followers waiting on the published watermark.
+//! Wake-ups for followers, and for emitters parked at the wrap, waiting on
+//! the published watermark.
 //!
-//! Emitters pay one `fence(SeqCst)` (which they issue anyway to advance the
-//! watermark) and one load of [`Notifier::waiters`] when nobody waits. A
-//! waiter raises `waiters` and then re-checks the watermark, both behind
-//! `fence(SeqCst)`; an emitter raises the watermark and then reads `waiters`,
-//! behind the same fence. The fences forbid both from reading the old value
-//! (the store-buffering litmus test), so either the waiter sees the new
-//! watermark or the emitter sees the waiter and wakes it under the mutex.
+//! Emitters pay one `SeqCst` load of [`Notifier::waiters`] when nobody
+//! waits. A waiter raises `waiters`, issues `fence(SeqCst)`, then re-checks
+//! the watermark; an emitter raises the watermark with a `SeqCst`
+//! compare-and-swap (a single writer: a store and `fence(SeqCst)`), then
+//! loads `waiters` with `SeqCst`. Whichever of the waiter's fence and the
+//! emitter's raise comes first in the single total order of `SeqCst`
+//! operations is seen by the other (the store-buffering litmus test), so
+//! either the waiter sees the new watermark or the emitter sees the waiter
+//! and wakes it under the mutex.
 
-use crate::sync::{fence, lock, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::sync::{fence, lock, seq_cst_access_fence, AtomicUsize, Condvar, Mutex, Ordering};
 use crossbeam_utils::CachePadded;
 use std::task::Waker;
 
@@ -38,10 +41,11 @@ impl Notifier {
         }
     }
 
-    /// Called by an emitter right after it raised the watermark.
+    /// Called by an emitter right after it raised the watermark with a
+    /// `SeqCst` read-modify-write, or stored it and issued `fence(SeqCst)`.
     pub(crate) fn advanced(&self) {
-        fence(Ordering::SeqCst);
-        if self.waiters.load(Ordering::Relaxed) == 0 {
+        seq_cst_access_fence();
+        if self.waiters.load(Ordering::SeqCst) == 0 {
             return;
         }
         let wakers = {

@@ -29,6 +29,26 @@ pub(crate) use loom::sync::{
 
 use std::sync::Arc;
 
+/// The `fence(SeqCst)` that a `SeqCst` read-modify-write or load implies in
+/// the C++20 model but loom cannot express (loom treats `SeqCst` accesses
+/// as `AcqRel`). A no-op in ordinary builds; under loom a real fence, so the
+/// models check the protocol with the ordering the real code has.
+#[inline(always)]
+pub(crate) fn seq_cst_access_fence() {
+    #[cfg(loom)]
+    fence(Ordering::SeqCst);
+}
+
+/// One step of a spin-wait: a CPU hint normally, a yield to the model
+/// checker under loom (which must see every spin iteration).
+#[inline(always)]
+pub(crate) fn spin_hint() {
+    #[cfg(not(loom))]
+    std::hint::spin_loop();
+    #[cfg(loom)]
+    loom::thread::yield_now();
+}
+
 /// An atomically replaceable `Arc<T>`: wait-free reads, compare-and-swap
 /// updates.
 pub(crate) struct SwapCell<T> {

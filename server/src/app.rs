@@ -183,10 +183,13 @@ async fn emit(
                 .into_response())
         }
         Err(EmitError::TooLarge { len, max }) => Err(ApiError::PayloadTooLarge { len, max }),
-        Err(EmitError::Lapped { seq }) | Err(EmitError::BatchLapped { first: seq, .. }) => {
-            state.metrics.emits_lapped.fetch_add(1, Ordering::Relaxed);
-            Err(ApiError::EmitLapped { seq })
-        }
+        // Only `emit_batch` refuses a batch; a single emit fails only for size.
+        Err(EmitError::BatchTooLarge {
+            bytes, max_bytes, ..
+        }) => Err(ApiError::PayloadTooLarge {
+            len: usize::try_from(bytes).unwrap_or(usize::MAX),
+            max: usize::try_from(max_bytes).unwrap_or(usize::MAX),
+        }),
     }
 }
 

@@ -20,9 +20,6 @@ pub(crate) enum ApiError {
     PayloadTooLarge { len: usize, max: usize },
     /// `409`: one of the protocol's refusals.
     Refused(Refusal),
-    /// `503 emit_lapped`: the emit was lapped before it committed (its seq is
-    /// a reported gap for readers).
-    EmitLapped { seq: u64 },
     /// `500`: the OS random source failed.
     Internal(String),
 }
@@ -86,10 +83,6 @@ impl IntoResponse for ApiError {
                 json!({ "error": "payload_too_large", "len": len, "max": max }),
             ),
             Self::Refused(refusal) => (StatusCode::CONFLICT, refusal_body(&refusal)),
-            Self::EmitLapped { seq } => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                json!({ "error": "emit_lapped", "seq": seq, "detail": "the ring lapped this emit before it committed; readers see a gap" }),
-            ),
             Self::Internal(detail) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 json!({ "error": "internal", "detail": detail }),

@@ -29,7 +29,6 @@ pub(crate) struct Metrics {
     pub(crate) sessions_created: AtomicU64,
     pub(crate) sessions_deleted: AtomicU64,
     pub(crate) events_emitted: AtomicU64,
-    pub(crate) emits_lapped: AtomicU64,
     pub(crate) events_replayed: AtomicU64,
     pub(crate) events_streamed: AtomicU64,
     /// Evicted counts of rings already deleted (live rings are summed at
@@ -80,11 +79,6 @@ impl Metrics {
             "gapless_events_emitted_total",
             "Events emitted into session rings.",
             get(&self.events_emitted),
-        );
-        counter(
-            "gapless_emits_lapped_total",
-            "Emits lapped before they committed (reported to the emitter, a gap for readers).",
-            get(&self.emits_lapped),
         );
         counter(
             "gapless_events_replayed_total",

@@ -1,32 +1,31 @@
 //! The reference model of a ring: a `BTreeMap` of payloads by seq and the
 //! ring's eviction rule recomputed from first principles.
 //!
-//! Single-threaded rule: a ring retains the newest `events` seqs, and when a
-//! record's bytes go into an arena block for lap `L`, every seq that had
-//! bytes in that block in lap `L - 1` is evicted (a block at a time).
+//! Single-threaded rule: records lie in the arena in seq order, seq `s` at
+//! word `pos(s)`. With `head` seqs and `tail` words emitted, `s` is retained
+//! iff `s > head - events` (its slot not reused) and `pos(s) + arena_words
+//! >= tail` (none of its words reused).
 //!
 //! Shared by `tests/ring_model.rs` and the fuzz target `ring_ops`
 //! (`#[path]`-included there), so both check the ring against one model.
 
-use gapless::{Coverage, EmitError, Event, Gap, ReadError, ReplayError, Ring};
-use std::collections::{BTreeMap, HashMap};
+use gapless::{Coverage, EmitError, Event, Gap, ReadError, ReplayError, Ring, MAX_BATCH};
+use std::collections::BTreeMap;
 
-/// The reference: every emitted payload by seq, plus the eviction bound.
+/// The reference: every emitted payload by seq and where it lies.
 pub struct Model {
     slots: u64,
     words: u64,
-    block_words: u64,
-    blocks: u64,
+    window: usize,
+    window_words: u64,
     /// The ring's largest payload.
     pub max_payload: usize,
     /// Seqs emitted: the published watermark.
     pub head: u64,
+    /// Words emitted.
     tail: u64,
-    /// Every seq `<= evicted` is gone by the arena rule.
-    evicted: u64,
-    /// Newest seq with bytes in each virtual block.
-    newest_in_block: HashMap<u64, u64>,
-    payloads: BTreeMap<u64, Vec<u8>>,
+    /// Payload and first word of every seq emitted.
+    records: BTreeMap<u64, (Vec<u8>, u64)>,
 }
 
 impl Model {
@@ -35,14 +34,12 @@ impl Model {
         Self {
             slots: g.events() as u64,
             words: g.arena_words() as u64,
-            block_words: g.block_words() as u64,
-            blocks: g.blocks() as u64,
+            window: g.window(),
+            window_words: g.window_words() as u64,
             max_payload: g.max_payload(),
             head: 0,
             tail: 0,
-            evicted: 0,
-            newest_in_block: HashMap::new(),
-            payloads: BTreeMap::new(),
+            records: BTreeMap::new(),
         }
     }
 
@@ -54,27 +51,52 @@ impl Model {
             });
         }
         self.head += 1;
-        let seq = self.head;
-        let words = (payload.len() as u64).div_ceil(8);
-        if words > 0 {
-            let start = self.tail;
-            self.tail += words;
-            assert!(words <= self.words);
-            for block in start / self.block_words..=(start + words - 1) / self.block_words {
-                if block >= self.blocks {
-                    let previous_lap = self.newest_in_block.get(&(block - self.blocks));
-                    self.evicted = self.evicted.max(previous_lap.copied().unwrap_or(0));
-                }
-                let newest = self.newest_in_block.entry(block).or_insert(0);
-                *newest = (*newest).max(seq);
-            }
-        }
-        self.payloads.insert(seq, payload.to_vec());
-        Ok(seq)
+        self.records
+            .insert(self.head, (payload.to_vec(), self.tail));
+        self.tail += (payload.len() as u64).div_ceil(8);
+        Ok(self.head)
     }
 
+    pub fn emit_batch(
+        &mut self,
+        payloads: &[&[u8]],
+    ) -> Result<Option<std::ops::RangeInclusive<u64>>, EmitError> {
+        if let Some(too_big) = payloads.iter().find(|p| p.len() > self.max_payload) {
+            return Err(EmitError::TooLarge {
+                len: too_big.len(),
+                max: self.max_payload,
+            });
+        }
+        if payloads.is_empty() {
+            return Ok(None);
+        }
+        let words: u64 = payloads.iter().map(|p| (p.len() as u64).div_ceil(8)).sum();
+        let max_events = self.window.min(MAX_BATCH);
+        if payloads.len() > max_events || words > self.window_words {
+            return Err(EmitError::BatchTooLarge {
+                events: payloads.len(),
+                bytes: words * 8,
+                max_events,
+                max_bytes: self.max_payload as u64,
+            });
+        }
+        let first = self.head + 1;
+        for payload in payloads {
+            self.emit(payload)?;
+        }
+        Ok(Some(first..=self.head))
+    }
+
+    /// Every seq up to the returned one is gone.
     pub fn evicted_through(&self) -> u64 {
-        self.evicted.max(self.head.saturating_sub(self.slots))
+        let by_words = self
+            .records
+            .iter()
+            .take_while(|(_, (_, pos))| pos + self.words < self.tail)
+            .map(|(&seq, _)| seq)
+            .last()
+            .unwrap_or(0);
+        by_words.max(self.head.saturating_sub(self.slots))
     }
 
     pub fn gap(&self, cursor: u64) -> Gap {
@@ -100,9 +122,9 @@ impl Model {
             return Err(ReplayError::Gap(self.gap(cursor)));
         }
         Ok(self
-            .payloads
+            .records
             .range(cursor + 1..=last)
-            .map(|(&seq, p)| Event {
+            .map(|(&seq, (p, _))| Event {
                 seq,
                 payload: p.clone().into(),
             })
@@ -139,7 +161,7 @@ impl Model {
         } else {
             Ok(Event {
                 seq,
-                payload: self.payloads[&seq].clone().into(),
+                payload: self.records[&seq].0.clone().into(),
             })
         }
     }

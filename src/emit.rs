@@ -1,0 +1,311 @@
+//! The shared emit protocol: ordered claim, wait on a stale lap, write,
+//! publish with one compare-and-swap.
+//!
+//! 1. **Claim.** One `fetch_add` of `(k << 40) + words` on the claim word
+//!    hands out seqs `h ..= h + k - 1` and words `[p, p + words)`; records
+//!    lie in the arena in seq order. The old value is decoded against the
+//!    watermark and the end floor, read just after.
+//! 2. **Wrap check.** The records may be written once the watermark `P`
+//!    satisfies `P >= h + k - 1 - window` (each slot's previous record is
+//!    published and out of the reserve) and the published records end at
+//!    or past `p + words - window_words` (so are the words'). Normally one
+//!    load of each says so. Otherwise the emitter waits — spins, then parks
+//!    on the notifier — for the emitter a window behind, which was
+//!    descheduled between its claim and its commit. The lowest unpublished
+//!    emitter never waits (its slot and words are free by construction), so
+//!    some emitter always makes progress.
+//! 3. **Write.** `fence(Release)` (the claim is ordered before every store
+//!    that could overwrite a record, which is what readers validate
+//!    against), payload words, slot location, stamp (`Release`).
+//! 4. **Publish.** `compare_exchange(h - 1, h + k - 1)` on the watermark,
+//!    `SeqCst`. If it fails, an earlier seq is not published yet:
+//!    `fence(SeqCst)` and help. Either way, continue over later committed
+//!    seqs (`SeqCst` stamp loads), then one `SeqCst` load of the waiter
+//!    count. The emitter last in the `SeqCst` total order among those
+//!    settling a stretch of seqs sees every stamp committed before it or
+//!    the watermark raised past it, so the watermark never stalls below a
+//!    committed prefix.
+
+use crate::arena::words_for;
+use crate::claim::{increment, Claimed};
+use crate::config::{Config, ConfigError};
+use crate::error::EmitError;
+use crate::ring::{Ring, Shared};
+use crate::slots::Location;
+use crate::sync::{fence, seq_cst_access_fence, spin_hint, Ordering};
+
+/// The most events one [`Ring::emit_batch`] takes (and at most the ring's
+/// window). Bounds how far a parked batch can hold claims ahead of the
+/// watermark, which the claim word's 24-bit seq field must span.
+pub const MAX_BATCH: usize = 4096;
+
+/// Spins before an emitter waiting at the wrap parks.
+const SPINS: u32 = 64;
+
+impl Ring<Shared> {
+    /// Builds a ring, clamping sizes into range (see [`Config`]). Never fails.
+    pub fn new(config: Config) -> Self {
+        match Self::try_new(config.clamped()) {
+            Ok(ring) => ring,
+            Err(error) => unreachable!("a clamped config is always valid: {error}"),
+        }
+    }
+
+    /// Builds a ring, rejecting sizes outside the documented range.
+    pub fn try_new(config: Config) -> Result<Self, ConfigError> {
+        Self::build(config)
+    }
+
+    /// Appends one event and returns its seq.
+    ///
+    /// Allocation-free; two locked instructions when uncontended (the claim
+    /// `fetch_add` and the publishing compare-and-swap). The event is
+    /// readable once the watermark reaches it, which this call advances as
+    /// far as every committed seq allows before returning. Waits only if the
+    /// emitter of the seq a window behind is still between its claim and its
+    /// commit (see [`Stats::wrap_waits`](crate::Stats::wrap_waits)).
+    ///
+    /// # Errors
+    /// [`EmitError::TooLarge`] for a payload over
+    /// [`max_payload`](Ring::max_payload); no seq is consumed. Nothing else:
+    /// every seq handed out is committed.
+    pub fn emit(&self, payload: &[u8]) -> Result<u64, EmitError> {
+        self.emit_inner(payload, |_| {})
+    }
+
+    /// [`Ring::emit`] that runs `hook(seq)` between the claim and the
+    /// commit, to stall an emitter deterministically in tests. Not part of
+    /// the API. A panicking hook does not break the window: the event is
+    /// committed and published, then the panic resumes.
+    #[doc(hidden)]
+    pub fn emit_with_hook(&self, payload: &[u8], hook: impl FnOnce(u64)) -> Result<u64, EmitError> {
+        let mut panic = None;
+        let seq = self.emit_inner(payload, |seq| {
+            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(seq)));
+            panic = caught.err();
+        })?;
+        if let Some(payload) = panic {
+            std::panic::resume_unwind(payload);
+        }
+        Ok(seq)
+    }
+
+    fn emit_inner(&self, payload: &[u8], hook: impl FnOnce(u64)) -> Result<u64, EmitError> {
+        let max = self.max_payload();
+        if payload.len() > max {
+            return Err(EmitError::TooLarge {
+                len: payload.len(),
+                max,
+            });
+        }
+        // From here to `publish` nothing can fail or panic: wrapping
+        // arithmetic, masked indexes, poison-tolerant waits, no allocation.
+        let words = words_for(payload.len());
+        let claimed = self.claim(1, words);
+        let seq = claimed.seqs.wrapping_add(1);
+        hook(seq);
+        self.wait_for_room(seq, claimed.words.wrapping_add(words));
+        // The claim (and the wait's reads) before any store that could
+        // overwrite a record: readers that see such a store see the claim.
+        fence(Ordering::Release);
+        self.arena.write(claimed.words, payload);
+        self.slots.set_location(
+            seq,
+            Location {
+                pos: claimed.words,
+                len: payload.len() as u64,
+            },
+        );
+        self.slots.commit(seq);
+        self.publish(seq, seq);
+        Ok(seq)
+    }
+
+    /// Appends several events with one claim and one publish; returns their
+    /// seqs as `first ..= last` (`None` for an empty batch). The batch's
+    /// events are contiguous and become visible together.
+    ///
+    /// # Errors
+    /// [`EmitError::TooLarge`] if a payload is too large, or
+    /// [`EmitError::BatchTooLarge`] if the batch exceeds the ring's window
+    /// (in events or in words) or [`MAX_BATCH`]; nothing is emitted.
+    pub fn emit_batch(
+        &self,
+        payloads: &[&[u8]],
+    ) -> Result<Option<std::ops::RangeInclusive<u64>>, EmitError> {
+        let max = self.max_payload();
+        if let Some(payload) = payloads.iter().find(|p| p.len() > max) {
+            return Err(EmitError::TooLarge {
+                len: payload.len(),
+                max,
+            });
+        }
+        let count = payloads.len();
+        if count == 0 {
+            return Ok(None);
+        }
+        let words: u64 = payloads.iter().map(|p| words_for(p.len())).sum();
+        let max_events = self.geometry.window().min(MAX_BATCH);
+        if count > max_events || words > self.geometry.window_words() as u64 {
+            return Err(EmitError::BatchTooLarge {
+                events: count,
+                bytes: words.saturating_mul(8),
+                max_events,
+                max_bytes: max as u64,
+            });
+        }
+        let claimed = self.claim(count as u64, words);
+        let first = claimed.seqs.wrapping_add(1);
+        let last = claimed.seqs.wrapping_add(count as u64);
+        self.wait_for_room(last, claimed.words.wrapping_add(words));
+        fence(Ordering::Release);
+        let mut pos = claimed.words;
+        for (seq, payload) in (first..).zip(payloads) {
+            self.arena.write(pos, payload);
+            self.slots.set_location(
+                seq,
+                Location {
+                    pos,
+                    len: payload.len() as u64,
+                },
+            );
+            pos = pos.wrapping_add(words_for(payload.len()));
+        }
+        for seq in first..=last {
+            self.slots.commit(seq);
+        }
+        self.publish(first, last);
+        Ok(Some(first..=last))
+    }
+
+    /// Claims `seqs` seqs and `words` words; returns the claim before ours,
+    /// decoded: our first seq is `seqs + 1`, our first word `words`.
+    fn claim(&self, seqs: u64, words: u64) -> Claimed {
+        // `AcqRel`: synchronises with every earlier claim, so each earlier
+        // claimer's previous wrap check happens before the reference reads
+        // below and the decode's lag bound holds.
+        let word = self
+            .claim
+            .fetch_add(increment(seqs, words), Ordering::AcqRel);
+        // Both references are at most the decoded values: the watermark
+        // cannot pass our unpublished seq, the floor not the end of the
+        // records before ours.
+        let published = self.published.load(Ordering::Acquire);
+        let floor = self.published_end_floor.load(Ordering::Acquire);
+        Claimed::decode(word, published, floor)
+    }
+
+    /// Returns once seqs up to `last` and words up to `end` may be written:
+    /// the watermark is at least `last - window` and the published records
+    /// end at least at `end - window_words`.
+    fn wait_for_room(&self, last: u64, end: u64) {
+        let window = self.geometry.window() as u64;
+        let window_words = self.geometry.window_words() as u64;
+        let published = self.published.load(Ordering::Acquire);
+        let floor = self.published_end_floor.load(Ordering::Acquire);
+        if published.wrapping_add(window) >= last && floor.wrapping_add(window_words) >= end {
+            return;
+        }
+        if self.has_room(last, end) {
+            return;
+        }
+        self.waits.waiting.fetch_add(1, Ordering::Relaxed);
+        #[cfg(not(loom))]
+        let started = std::time::Instant::now();
+        let mut spun = 0;
+        while spun < SPINS && !self.has_room(last, end) {
+            spin_hint();
+            spun += 1;
+        }
+        if spun == SPINS {
+            self.notifier.wait_until(|| self.has_room(last, end));
+        }
+        #[cfg(not(loom))]
+        {
+            let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            self.waits.nanos.fetch_add(nanos, Ordering::Relaxed);
+        }
+        self.waits.waits.fetch_add(1, Ordering::Relaxed);
+        self.waits.waiting.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// The slow wrap check: reads where the published records end (raising
+    /// the floor to it) and compares.
+    fn has_room(&self, last: u64, end: u64) -> bool {
+        let window = self.geometry.window() as u64;
+        let window_words = self.geometry.window_words() as u64;
+        let reserve = self.geometry.reserve_events() as u64;
+        let mut published = self.published.load(Ordering::Acquire);
+        loop {
+            if published.wrapping_add(window) < last {
+                return false;
+            }
+            let published_end = if published == 0 {
+                0
+            } else {
+                self.slots.locate(published).end()
+            };
+            // The slot of `published` is reused only after the watermark
+            // passes `published + reserve`; re-read it to know ours was not.
+            fence(Ordering::Acquire);
+            let now = self.published.load(Ordering::Acquire);
+            if now.wrapping_sub(published) >= reserve {
+                published = now;
+                continue;
+            }
+            if published_end.wrapping_add(window_words) < end {
+                return false;
+            }
+            self.published_end_floor
+                .fetch_max(published_end, Ordering::AcqRel);
+            return true;
+        }
+    }
+
+    /// Raises the watermark from `first - 1` to `last` (all committed), or
+    /// helps whoever must, then over every later committed seq; wakes
+    /// waiters.
+    fn publish(&self, first: u64, last: u64) {
+        let mut top = match self.published.compare_exchange(
+            first.wrapping_sub(1),
+            last,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        ) {
+            Ok(_) => {
+                seq_cst_access_fence();
+                last
+            }
+            Err(_) => {
+                // An earlier seq is unpublished. Its emitter will see our
+                // stamp, or we its raise: whichever of its CAS and this fence
+                // is later in the SeqCst order sees the other.
+                fence(Ordering::SeqCst);
+                self.published.load(Ordering::SeqCst)
+            }
+        };
+        loop {
+            let next = top.wrapping_add(1);
+            if self.slots.is_committed(next) {
+                top = match self.published.compare_exchange(
+                    top,
+                    next,
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                ) {
+                    Ok(_) => next,
+                    Err(actual) => actual,
+                };
+            } else {
+                // `next`'s slot may show a newer seq if the watermark moved
+                // past `top` meanwhile: re-read before stopping.
+                let now = self.published.load(Ordering::SeqCst);
+                if now == top {
+                    break;
+                }
+                top = now;
+            }
+        }
+        self.notifier.advanced();
+    }
+}

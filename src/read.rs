@@ -1,0 +1,230 @@
+//! Reading a ring: wait-free replays, O(1) coverage checks, and the gap
+//! figures, all validated against the claim word.
+//!
+//! A reader never waits for a writer and never retries. It reads the
+//! watermark `P1` and the end floor `F1`, reads slot locations and copies
+//! payload words with `Relaxed` loads, then `fence(Acquire)` and decodes the
+//! claim word between `(P1, F1)` and a second read of both (see
+//! [`Ring::claimed_since`]). With `H` seqs and `T` words claimed, record `s`
+//! at word `pos` is intact iff
+//!
+//! ```text
+//! s > H - events          its slot has not been claimed again, and
+//! pos >= T - arena_words  none of its words has been claimed again.
+//! ```
+//!
+//! Every writer claims before (`fence(Release)`) it stores a slot field or a
+//! payload word, so a reader that read even one overwritten value sees its
+//! claim in `(H, T)` (Boehm's seqlock recipe, with the claim word as the
+//! sequence). Both conditions are monotone in `s` (records lie in the arena
+//! in seq order), so the intact records are a suffix: checking the first
+//! record after the cursor checks the whole replay.
+
+use crate::claim::Claimed;
+use crate::error::{Coverage, Gap, ReadError, ReplayError};
+use crate::event::Event;
+use crate::ring::{EmitMode, Ring};
+use crate::slots::Location;
+use bytes::Bytes;
+
+/// A ring's retention, as one bracketed read saw it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Retention {
+    /// Seqs claimed (the watermark if the decode failed).
+    pub(crate) claimed: u64,
+    /// The watermark.
+    pub(crate) published: u64,
+    /// The oldest retained seq, `published + 1` when none is. A lower bound
+    /// when emitters overtook the read by a whole ring.
+    pub(crate) first_retained: u64,
+}
+
+impl<M: EmitMode> Ring<M> {
+    /// Whether record `seq` at `location` is intact under `claimed`.
+    fn intact(&self, seq: u64, location: Location, claimed: Claimed) -> bool {
+        seq.wrapping_add(self.slots.len()) > claimed.seqs
+            && location.pos.wrapping_add(self.arena.len()) >= claimed.words
+            && location.pos <= claimed.words
+    }
+
+    /// Whether a replay after `cursor` would succeed now, without copying:
+    /// O(1) whatever the gap. A [`Coverage::Gap`] carries the same figures
+    /// a replay would report.
+    pub fn coverage(&self, cursor: u64) -> Coverage {
+        let opened = self.open();
+        let published = opened.published;
+        if cursor > published {
+            return Coverage::Ahead { cursor, published };
+        }
+        if cursor < published {
+            let location = self.slots.locate(cursor + 1);
+            let covered = self
+                .claimed_since(opened)
+                .is_some_and(|claimed| self.intact(cursor + 1, location, claimed));
+            if !covered {
+                return Coverage::Gap(self.gap(cursor));
+            }
+        }
+        Coverage::Covered {
+            first: cursor + 1,
+            last: published,
+        }
+    }
+
+    /// Every event after `cursor` up to the published watermark, in order.
+    ///
+    /// Wait-free: one pass over at most `events` slots, one copy of at most
+    /// the arena, one validation. A copy that was overwritten while it was
+    /// read makes the whole replay a [`ReplayError::Gap`], never torn bytes.
+    /// `replay_after(0)` on a fresh ring is `Ok([])`. The events share one
+    /// allocation.
+    ///
+    /// # Errors
+    /// [`ReplayError::Ahead`] when `cursor > published()`;
+    /// [`ReplayError::Gap`] when events after `cursor` are gone.
+    pub fn replay_after(&self, cursor: u64) -> Result<Vec<Event>, ReplayError> {
+        self.replay_range(cursor, u64::MAX)
+    }
+
+    /// Like [`Ring::replay_after`] but stops at `last` (clamped to the
+    /// watermark): the events `cursor + 1 ..= min(last, published())`.
+    ///
+    /// # Errors
+    /// As [`Ring::replay_after`]; only events up to `last` need be retained.
+    pub fn replay_range(&self, cursor: u64, last: u64) -> Result<Vec<Event>, ReplayError> {
+        let opened = self.open();
+        let published = opened.published;
+        if cursor > published {
+            return Err(ReplayError::Ahead { cursor, published });
+        }
+        let last = last.min(published);
+        if cursor >= last {
+            return Ok(Vec::new());
+        }
+        let count = last - cursor;
+        if count > self.slots.len() {
+            // More than a ring of events: the first is certainly gone.
+            return Err(ReplayError::Gap(self.gap(cursor)));
+        }
+        let locations: Vec<Location> = (cursor + 1..=last).map(|s| self.slots.locate(s)).collect();
+        let (start, end) = (locations[0].pos, locations[locations.len() - 1].end());
+        // Records of consecutive seqs are adjacent; anything else means a
+        // slot was reused under us, which the validation below reports.
+        let adjacent = locations.windows(2).all(|w| w[0].end() == w[1].pos);
+        let words = end.wrapping_sub(start);
+        let mut bytes = Vec::new();
+        if adjacent && words <= self.arena.len() {
+            self.arena.copy_words(start, words as usize, &mut bytes);
+        }
+        let valid = adjacent
+            && words <= self.arena.len()
+            && self
+                .claimed_since(opened)
+                .is_some_and(|claimed| self.intact(cursor + 1, locations[0], claimed));
+        if !valid {
+            return Err(ReplayError::Gap(self.gap(cursor)));
+        }
+        let bytes = Bytes::from(bytes);
+        Ok((cursor + 1..)
+            .zip(locations)
+            .map(|(seq, location)| {
+                let offset = ((location.pos - start) * 8) as usize;
+                Event {
+                    seq,
+                    payload: bytes.slice(offset..offset + location.len as usize),
+                }
+            })
+            .collect())
+    }
+
+    /// One event by seq.
+    ///
+    /// # Errors
+    /// [`ReadError::Zero`] for seq 0, [`ReadError::Ahead`] beyond the
+    /// watermark, [`ReadError::Evicted`] when it is gone.
+    pub fn read(&self, seq: u64) -> Result<Event, ReadError> {
+        if seq == 0 {
+            return Err(ReadError::Zero);
+        }
+        match self.replay_range(seq - 1, seq) {
+            Ok(mut events) => events.pop().ok_or(ReadError::Ahead {
+                seq,
+                published: self.published(),
+            }),
+            Err(ReplayError::Ahead { published, .. }) => Err(ReadError::Ahead { seq, published }),
+            Err(ReplayError::Gap(gap)) => Err(ReadError::Evicted {
+                seq,
+                first_retained: gap.first_retained,
+            }),
+        }
+    }
+
+    /// The gap after `cursor`, which the caller found evicted
+    /// (`cursor < published`).
+    fn gap(&self, cursor: u64) -> Gap {
+        let retention = self.retention();
+        let published = retention.published;
+        // The caller saw `cursor + 1` gone, and eviction only grows.
+        let first_retained = retention.first_retained.max(cursor + 2).min(published + 1);
+        Gap {
+            cursor,
+            first_retained,
+            published,
+            evicted: first_retained - cursor - 1,
+        }
+    }
+
+    /// The oldest retained seq, by binary search over the slots against one
+    /// decoded claim, checked against a second: O(log events).
+    pub(crate) fn retention(&self) -> Retention {
+        let opened = self.open();
+        let published = opened.published;
+        let events = self.slots.len();
+        let Some(before) = self.claimed_since(opened) else {
+            return self.retention_lower_bound(published);
+        };
+        // Seqs whose slot was claimed again are gone; search the rest.
+        let mut low = (before.seqs + 1).saturating_sub(events).max(1);
+        let mut high = published + 1;
+        while low < high {
+            let middle = low + (high - low) / 2;
+            let location = self.slots.locate(middle);
+            if self.intact(middle, location, before) {
+                high = middle;
+            } else {
+                low = middle + 1;
+            }
+        }
+        let found = low;
+        let location = (found <= published).then(|| self.slots.locate(found));
+        let Some(after) = self.claimed_since(opened) else {
+            return self.retention_lower_bound(published);
+        };
+        let first_retained = match location {
+            None => published + 1,
+            Some(location) if self.intact(found, location, after) => found,
+            // Overwritten (or torn) during the search: everything up to it
+            // is gone too, and so is every seq whose slot was claimed again.
+            Some(_) => (found + 1)
+                .max((after.seqs + 1).saturating_sub(events))
+                .min(published + 1),
+        };
+        Retention {
+            claimed: after.seqs,
+            published,
+            first_retained,
+        }
+    }
+
+    /// Retention when the claim word could not be decoded because emitters
+    /// overtook the read by a ring: seqs a ring below the re-read watermark
+    /// are certainly gone; report that lower bound.
+    fn retention_lower_bound(&self, published_before: u64) -> Retention {
+        let published = self.published().max(published_before);
+        Retention {
+            claimed: published,
+            published,
+            first_retained: (published + 1).saturating_sub(self.slots.len()).max(1),
+        }
+    }
+}

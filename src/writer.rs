@@ -1,0 +1,122 @@
+//! The single-writer mode: one exclusive handle emits with plain stores.
+
+use crate::arena::words_for;
+use crate::claim::Claimed;
+use crate::config::{Config, ConfigError};
+use crate::error::EmitError;
+use crate::ring::{Ring, SingleWriter};
+use crate::slots::Location;
+use crate::sync::{fence, Ordering};
+use std::sync::Arc;
+
+/// The only producer of a ring: [`emit`](Writer::emit) takes `&mut self`
+/// and claims and publishes with plain stores, plus one `fence(SeqCst)` so
+/// that waiting followers are woken.
+///
+/// The ring it writes is a `Ring<SingleWriter>`, which has every read
+/// method of [`Ring`] and no `emit`: a `Writer` is not `Clone`, and no other
+/// way to emit into its ring exists, so shared emits cannot be mixed in.
+/// Hand [`Writer::ring`] to readers and followers.
+///
+/// ```
+/// use gapless::{Config, Follower, Writer};
+/// use std::sync::Arc;
+/// let mut writer = Writer::new(Config::default().events(64));
+/// let ring = Arc::clone(writer.ring());
+/// let mut follower = Follower::new(Arc::clone(&ring), 0);
+/// let producer = std::thread::spawn(move || {
+///     for i in 0..100u32 {
+///         writer.emit(&i.to_le_bytes()).unwrap();
+///     }
+/// });
+/// let mut last = 0;
+/// while last < 100 {
+///     for event in follower.wait()? {
+///         assert_eq!(event.seq, last + 1);
+///         last = event.seq;
+///     }
+/// }
+/// producer.join().unwrap();
+/// assert_eq!(ring.replay_after(90)?.len(), 10);
+/// # Ok::<(), gapless::ReplayError>(())
+/// ```
+#[derive(Debug)]
+pub struct Writer {
+    ring: Arc<Ring<SingleWriter>>,
+    /// What this writer has claimed: the ring's claim word decoded. Only
+    /// this writer changes the word.
+    claimed: Claimed,
+    /// The end floor last stored; raised every half window of words.
+    floor: u64,
+}
+
+impl Writer {
+    /// A writer of a new ring, clamping sizes into range. Never fails.
+    pub fn new(config: Config) -> Self {
+        match Self::try_new(config.clamped()) {
+            Ok(writer) => writer,
+            Err(error) => unreachable!("a clamped config is always valid: {error}"),
+        }
+    }
+
+    /// A writer of a new ring, rejecting sizes outside the documented range.
+    pub fn try_new(config: Config) -> Result<Self, ConfigError> {
+        Ok(Self {
+            ring: Arc::new(Ring::build(config)?),
+            claimed: Claimed { seqs: 0, words: 0 },
+            floor: 0,
+        })
+    }
+
+    /// The ring, for readers and followers.
+    pub fn ring(&self) -> &Arc<Ring<SingleWriter>> {
+        &self.ring
+    }
+
+    /// Appends one event and returns its seq. Never waits: with one writer
+    /// every earlier seq is published when the next is claimed.
+    ///
+    /// # Errors
+    /// [`EmitError::TooLarge`] for a payload over the ring's
+    /// [`max_payload`](Ring::max_payload); no seq is consumed.
+    pub fn emit(&mut self, payload: &[u8]) -> Result<u64, EmitError> {
+        let ring = &*self.ring;
+        let max = ring.max_payload();
+        if payload.len() > max {
+            return Err(EmitError::TooLarge {
+                len: payload.len(),
+                max,
+            });
+        }
+        let pos = self.claimed.words;
+        let seq = self.claimed.seqs + 1;
+        let end = pos + words_for(payload.len());
+        self.claimed = Claimed {
+            seqs: seq,
+            words: end,
+        };
+        // `Release`: a reader that decodes this claim has the watermark of
+        // the previous emit behind it (the bracket's lag bound).
+        ring.claim.store(self.claimed.encode(), Ordering::Release);
+        // The claim before any store that could overwrite a record.
+        fence(Ordering::Release);
+        ring.arena.write(pos, payload);
+        ring.slots.set_location(
+            seq,
+            Location {
+                pos,
+                len: payload.len() as u64,
+            },
+        );
+        if end - self.floor > ring.geometry.window_words() as u64 / 2 {
+            // Keeps the floor within a window of the published end.
+            self.floor = end;
+            ring.published_end_floor.store(end, Ordering::Release);
+        }
+        ring.published.store(seq, Ordering::Release);
+        // Store-buffering with a follower registering: see `notify`.
+        fence(Ordering::SeqCst);
+        ring.notifier.advanced();
+        Ok(seq)
+    }
+}
