@@ -5,13 +5,18 @@
 //! Every peer stores the same payloads under the same scenario, and every
 //! one copies the caller's bytes (gapless into its preallocated arena, the
 //! others into a fresh `Bytes`), so a benchmark compares whole emits.
+//!
+//! A gapless emit fails only for an oversized payload, so every bench that
+//! emits into gapless counts the emits that returned `Err` ([`Lost`]) and
+//! prints "lost emits: 0 of N": a non-zero count means the figure beside it
+//! timed refusals, not emits.
 
 #![allow(dead_code)]
 
 use bytes::Bytes;
 use criterion::Criterion;
 use crossbeam_queue::ArrayQueue;
-use gapless::{Config, Ring};
+use gapless::{Config, Ring, Writer};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Barrier, Mutex};
@@ -28,11 +33,13 @@ pub fn criterion() -> Criterion {
 
 /// The server's default ring: 4096 events, 4 MiB of payload.
 pub const SERVER_EVENTS: usize = 4096;
-/// The server's default ring: 4096 events, 4 MiB of payload.
+/// The server's default ring: 4096 events, 4 MiB of payload (gapless's
+/// `bytes`, whose arena is twice that with the reserve; the peers' byte
+/// bound). At the payload sizes benched, 4096 events bind first.
 pub const SERVER_BYTES: usize = 4 << 20;
 
-/// Payload sizes of the emit scenario, with their labels.
-pub const PAYLOADS: [(usize, &str); 3] = [(64, "64B"), (1024, "1KiB"), (16 << 10, "16KiB")];
+/// Payload sizes of the single-emitter scenario, with their labels.
+pub const PAYLOADS: [(usize, &str); 3] = [(64, "64B"), (256, "256B"), (1024, "1KiB")];
 
 /// A payload of `len` bytes that is not all one value.
 pub fn payload(len: usize) -> Vec<u8> {
@@ -41,21 +48,85 @@ pub fn payload(len: usize) -> Vec<u8> {
 
 /// Something many threads emit into through `&self`.
 pub trait Emit: Sync {
-    /// Appends one event holding a copy of `payload`.
-    fn emit(&self, payload: &[u8]);
+    /// Appends one event holding a copy of `payload`; `false` if the store
+    /// refused it (counted as a lost emit).
+    fn emit(&self, payload: &[u8]) -> bool;
 }
 
 impl Emit for Ring {
-    fn emit(&self, payload: &[u8]) {
-        // A lapped emit (possible only under heavy contention) still did the
-        // work of an emit; the bench counts it like any other.
-        let _ = std::hint::black_box(Ring::emit(self, payload));
+    fn emit(&self, payload: &[u8]) -> bool {
+        std::hint::black_box(Ring::emit(self, payload)).is_ok()
     }
 }
 
-/// gapless with the given capacities.
+/// gapless with the given capacities: `events` events, payloads of up to
+/// `bytes` bytes (an arena of twice that).
 pub fn gapless(events: usize, bytes: usize) -> Ring {
     Ring::new(Config::default().events(events).bytes(bytes))
+}
+
+/// gapless's single-writer mode with the same capacities as [`gapless`].
+pub fn writer(events: usize, bytes: usize) -> Writer {
+    Writer::new(Config::default().events(events).bytes(bytes))
+}
+
+/// Emits attempted and emits that returned `Err`, for one bench function.
+/// Added to once per timed batch (never per emit, so that counting adds no
+/// shared write to the measured loop).
+#[derive(Debug, Default)]
+pub struct Lost {
+    attempted: AtomicU64,
+    refused: AtomicU64,
+}
+
+impl Lost {
+    /// Records a batch of `attempted` emits of which `refused` failed.
+    pub fn add(&self, attempted: u64, refused: u64) {
+        self.attempted.fetch_add(attempted, Ordering::Relaxed);
+        self.refused.fetch_add(refused, Ordering::Relaxed);
+    }
+
+    /// `(refused, attempted)` so far.
+    pub fn counts(&self) -> (u64, u64) {
+        (
+            self.refused.load(Ordering::Relaxed),
+            self.attempted.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Whether any emit was counted (false for a function that a filter
+    /// skipped, whose line is not worth printing).
+    pub fn ran(&self) -> bool {
+        self.attempted.load(Ordering::Relaxed) > 0
+    }
+
+    /// "lost emits: R of N", the line every gapless bench prints.
+    pub fn line(&self) -> String {
+        let (refused, attempted) = self.counts();
+        format!("lost emits: {refused} of {attempted}")
+    }
+}
+
+/// Emits `payload` `count` times into `ring` to set a scenario up, counting
+/// the emits that returned `Err`.
+pub fn fill(ring: &Ring, payload: &[u8], count: u64) -> Lost {
+    let lost = Lost::default();
+    let refused = (0..count).filter(|_| ring.emit(payload).is_err()).count();
+    lost.add(count, refused as u64);
+    lost
+}
+
+/// Times `iters` calls of `emit` on this thread, as criterion's `iter`
+/// loop would, and adds them (and those that returned `false`) to `lost`.
+pub fn timed_loop(iters: u64, lost: &Lost, mut emit: impl FnMut() -> bool) -> Duration {
+    let mut refused = 0u64;
+    let start = Instant::now();
+    for _ in 0..iters {
+        refused += u64::from(!emit());
+    }
+    let elapsed = start.elapsed();
+    lost.add(iters, refused);
+    elapsed
 }
 
 /// What MCP SDK event stores amount to: a mutex around a deque of
@@ -129,8 +200,9 @@ impl MutexDeque {
 }
 
 impl Emit for MutexDeque {
-    fn emit(&self, payload: &[u8]) {
+    fn emit(&self, payload: &[u8]) -> bool {
         std::hint::black_box(self.push(payload));
+        true
     }
 }
 
@@ -151,8 +223,9 @@ impl Broadcast {
 }
 
 impl Emit for Broadcast {
-    fn emit(&self, payload: &[u8]) {
-        let _ = std::hint::black_box(self.tx.send(Bytes::copy_from_slice(payload)));
+    fn emit(&self, payload: &[u8]) -> bool {
+        // Fails only with no receiver, and one is kept.
+        std::hint::black_box(self.tx.send(Bytes::copy_from_slice(payload))).is_ok()
     }
 }
 
@@ -175,12 +248,13 @@ impl Queue {
 }
 
 impl Emit for Queue {
-    fn emit(&self, payload: &[u8]) {
+    fn emit(&self, payload: &[u8]) -> bool {
         let seq = self.next.fetch_add(1, Ordering::Relaxed) + 1;
         let evicted = self
             .queue
             .force_push((seq, Bytes::copy_from_slice(payload)));
         drop(std::hint::black_box(evicted));
+        true
     }
 }
 
@@ -226,29 +300,41 @@ impl Unsync {
 
 /// Runs `threads` threads that together call `emit` `iters` times, released
 /// at once by a barrier; returns the wall time from release to the last
-/// thread's finish.
-pub fn timed_emitters<E: Emit>(target: &E, payload: &[u8], threads: usize, iters: u64) -> Duration {
+/// thread's finish. Each thread counts its refused emits locally; the batch
+/// is added to `lost` after the clock stops.
+pub fn timed_emitters<E: Emit>(
+    target: &E,
+    payload: &[u8],
+    threads: usize,
+    iters: u64,
+    lost: &Lost,
+) -> Duration {
     let barrier = Barrier::new(threads + 1);
-    std::thread::scope(|s| {
+    let (elapsed, refused) = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads as u64)
             .map(|t| {
                 let share = iters / threads as u64 + u64::from(t < iters % threads as u64);
                 let barrier = &barrier;
                 s.spawn(move || {
                     barrier.wait();
+                    let mut refused = 0u64;
                     for _ in 0..share {
-                        target.emit(std::hint::black_box(payload));
+                        refused += u64::from(!target.emit(std::hint::black_box(payload)));
                     }
+                    refused
                 })
             })
             .collect();
         barrier.wait();
         let start = Instant::now();
-        for handle in handles {
-            handle.join().expect("emitter panicked");
-        }
-        start.elapsed()
-    })
+        let refused: u64 = handles
+            .into_iter()
+            .map(|handle| handle.join().expect("emitter panicked"))
+            .sum();
+        (start.elapsed(), refused)
+    });
+    lost.add(iters, refused);
+    elapsed
 }
 
 /// Nanoseconds the calling thread has spent on a CPU
