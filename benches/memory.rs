@@ -1,8 +1,9 @@
 //! Scenario (f): memory per idle session. Not a timing: prints to stderr
 //!
-//! - `Ring::geometry().footprint()` (bytes preallocated for slots, arena and
-//!   leases) for the server default (4096 events, 4 MiB) and for small
-//!   configurations,
+//! - `Ring::geometry().footprint()` (bytes preallocated for slots and the
+//!   arena, which is twice the configured payload bytes: half of it is the
+//!   retention reserve) for the server default (4096 events, 4 MiB) and for
+//!   small configurations,
 //! - the growth of this process's resident set (`/proc/self/statm`) when
 //!   idle rings are created and kept, divided per ring, with the peers'
 //!   idle stores for comparison.
