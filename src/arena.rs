@@ -52,8 +52,12 @@ impl Arena {
         }
     }
 
+    /// Stores one word. `get` is always `Some` (the mask is below the
+    /// power-of-two length): no bounds-check panic exists in the emit path.
     fn store(&self, position: u64, word: u64) {
-        self.words[(position & self.mask) as usize].store(word, Ordering::Relaxed);
+        if let Some(slot) = self.words.get((position & self.mask) as usize) {
+            slot.store(word, Ordering::Relaxed);
+        }
     }
 
     /// Copies the words `start .. start + count` (`count <= len()`) into

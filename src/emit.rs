@@ -39,8 +39,12 @@ use crate::sync::{fence, seq_cst_access_fence, spin_hint, Ordering};
 /// watermark, which the claim word's 24-bit seq field must span.
 pub const MAX_BATCH: usize = 4096;
 
-/// Spins before an emitter waiting at the wrap parks.
+/// Spins before an emitter waiting at the wrap parks (under loom, where
+/// every spin is a scheduling point, two).
+#[cfg(not(loom))]
 const SPINS: u32 = 64;
+#[cfg(loom)]
+const SPINS: u32 = 2;
 
 impl Ring<Shared> {
     /// Builds a ring, clamping sizes into range (see [`Config`]). Never fails.

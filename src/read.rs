@@ -4,26 +4,31 @@
 //! A reader never waits for a writer and never retries. It reads the
 //! watermark `P1` and the end floor `F1`, reads slot locations and copies
 //! payload words with `Relaxed` loads, then `fence(Acquire)` and decodes the
-//! claim word between `(P1, F1)` and a second read of both (see
+//! claim word between `(P1, F1)` and a second read of both, `(P2, F2)` (see
 //! [`Ring::claimed_since`]). With `H` seqs and `T` words claimed, record `s`
 //! at word `pos` is intact iff
 //!
 //! ```text
-//! s > H - events          its slot has not been claimed again, and
-//! pos >= T - arena_words  none of its words has been claimed again.
+//! s > H - events           or  P2 < s + reserve_events   (its slot), and
+//! pos >= T - arena_words   or  F2 <= pos + reserve_words (its words).
 //! ```
 //!
-//! Every writer claims before (`fence(Release)`) it stores a slot field or a
-//! payload word, so a reader that read even one overwritten value sees its
-//! claim in `(H, T)` (Boehm's seqlock recipe, with the claim word as the
-//! sequence). Both conditions are monotone in `s` (records lie in the arena
-//! in seq order), so the intact records are a suffix: checking the first
-//! record after the cursor checks the whole replay.
+//! Every writer claims, and passes its wrap check, before (`fence(Release)`)
+//! it stores a slot field or a payload word. So a reader that read even one
+//! overwritten value sees that writer's claim in `(H, T)` (Boehm's seqlock
+//! recipe, with the claim word as the sequence) *and* the watermark and
+//! floor the writer's wrap check saw: the slot of `s` is written again only
+//! by seq `s + events`, once the watermark reached `s + reserve_events`, and
+//! a word of `s` only by a record whose check raised the floor past `pos +
+//! reserve_words`. The second half of each condition is what keeps the
+//! reserve readable while a claimed emitter waits at the wrap. All four
+//! bounds are monotone in `s` (records lie in the arena in seq order), so
+//! the intact records are a suffix: checking the first record after the
+//! cursor checks the whole replay.
 
-use crate::claim::Claimed;
 use crate::error::{Coverage, Gap, ReadError, ReplayError};
 use crate::event::Event;
-use crate::ring::{EmitMode, Ring};
+use crate::ring::{EmitMode, Ring, Validation};
 use crate::slots::Location;
 use bytes::Bytes;
 
@@ -40,11 +45,16 @@ pub(crate) struct Retention {
 }
 
 impl<M: EmitMode> Ring<M> {
-    /// Whether record `seq` at `location` is intact under `claimed`.
-    fn intact(&self, seq: u64, location: Location, claimed: Claimed) -> bool {
-        seq.wrapping_add(self.slots.len()) > claimed.seqs
-            && location.pos.wrapping_add(self.arena.len()) >= claimed.words
-            && location.pos <= claimed.words
+    /// Whether record `seq` at `location` is intact under `validation`.
+    fn intact(&self, seq: u64, location: Location, validation: Validation) -> bool {
+        let claimed = validation.claimed;
+        let reserve_events = self.geometry.reserve_events() as u64;
+        let reserve_words = self.geometry.reserve_words() as u64;
+        let slot = seq.wrapping_add(self.slots.len()) > claimed.seqs
+            || validation.published < seq.wrapping_add(reserve_events);
+        let words = location.pos.wrapping_add(self.arena.len()) >= claimed.words
+            || validation.floor <= location.pos.wrapping_add(reserve_words);
+        slot && words && location.pos <= claimed.words
     }
 
     /// Whether a replay after `cursor` would succeed now, without copying:
@@ -60,7 +70,7 @@ impl<M: EmitMode> Ring<M> {
             let location = self.slots.locate(cursor + 1);
             let covered = self
                 .claimed_since(opened)
-                .is_some_and(|claimed| self.intact(cursor + 1, location, claimed));
+                .is_some_and(|validation| self.intact(cursor + 1, location, validation));
             if !covered {
                 return Coverage::Gap(self.gap(cursor));
             }
@@ -120,7 +130,7 @@ impl<M: EmitMode> Ring<M> {
             && words <= self.arena.len()
             && self
                 .claimed_since(opened)
-                .is_some_and(|claimed| self.intact(cursor + 1, locations[0], claimed));
+                .is_some_and(|validation| self.intact(cursor + 1, locations[0], validation));
         if !valid {
             return Err(ReplayError::Gap(self.gap(cursor)));
         }
@@ -175,16 +185,37 @@ impl<M: EmitMode> Ring<M> {
     }
 
     /// The oldest retained seq, by binary search over the slots against one
-    /// decoded claim, checked against a second: O(log events).
+    /// decoded claim, checked against a second: O(log events). Emitters that
+    /// overtake the search by a whole ring make it try again, at most
+    /// `ATTEMPTS` times, then settle for a lower bound.
     pub(crate) fn retention(&self) -> Retention {
+        const ATTEMPTS: usize = 3;
+        let mut published = 0;
+        for _ in 0..ATTEMPTS {
+            match self.try_retention() {
+                Ok(retention) => return retention,
+                Err(seen) => published = published.max(seen),
+            }
+        }
+        self.retention_lower_bound(published)
+    }
+
+    /// One attempt of [`Ring::retention`]; `Err` carries the watermark seen
+    /// when emitters overtook it.
+    fn try_retention(&self) -> Result<Retention, u64> {
         let opened = self.open();
         let published = opened.published;
         let events = self.slots.len();
-        let Some(before) = self.claimed_since(opened) else {
-            return self.retention_lower_bound(published);
+        let before = self.claimed_since(opened).ok_or(published)?;
+        // Seqs below the claimed seqs' ring and the watermark's reserve are
+        // gone; search the rest.
+        let reserve_events = self.geometry.reserve_events() as u64;
+        let gone = |v: Validation| {
+            (v.claimed.seqs + 1)
+                .saturating_sub(events)
+                .min((v.published + 1).saturating_sub(reserve_events))
         };
-        // Seqs whose slot was claimed again are gone; search the rest.
-        let mut low = (before.seqs + 1).saturating_sub(events).max(1);
+        let mut low = gone(before).max(1);
         let mut high = published + 1;
         while low < high {
             let middle = low + (high - low) / 2;
@@ -197,23 +228,19 @@ impl<M: EmitMode> Ring<M> {
         }
         let found = low;
         let location = (found <= published).then(|| self.slots.locate(found));
-        let Some(after) = self.claimed_since(opened) else {
-            return self.retention_lower_bound(published);
-        };
+        let after = self.claimed_since(opened).ok_or(published)?;
         let first_retained = match location {
             None => published + 1,
             Some(location) if self.intact(found, location, after) => found,
             // Overwritten (or torn) during the search: everything up to it
             // is gone too, and so is every seq whose slot was claimed again.
-            Some(_) => (found + 1)
-                .max((after.seqs + 1).saturating_sub(events))
-                .min(published + 1),
+            Some(_) => (found + 1).max(gone(after)).min(published + 1),
         };
-        Retention {
-            claimed: after.seqs,
+        Ok(Retention {
+            claimed: after.claimed.seqs,
             published,
             first_retained,
-        }
+        })
     }
 
     /// Retention when the claim word could not be decoded because emitters

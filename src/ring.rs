@@ -193,7 +193,7 @@ impl<M: EmitMode> Ring<M> {
     /// Call after the reads to validate; issues `fence(Acquire)` first, so
     /// every `Relaxed` read before it that saw a newer record's store sees
     /// that record's claim in the result.
-    pub(crate) fn claimed_since(&self, opened: Opened) -> Option<Claimed> {
+    pub(crate) fn claimed_since(&self, opened: Opened) -> Option<Validation> {
         fence(Ordering::Acquire);
         // `Acquire`: synchronises with every claim up to this value, so each
         // claimer's earlier wrap checks (which bound its claims by the
@@ -208,7 +208,11 @@ impl<M: EmitMode> Ring<M> {
         {
             return None;
         }
-        Some(Claimed::decode(word, opened.published, opened.floor))
+        Some(Validation {
+            claimed: Claimed::decode(word, opened.published, opened.floor),
+            published,
+            floor,
+        })
     }
 
     /// Reads the watermark and end floor that open a bracketed decode.
@@ -218,6 +222,18 @@ impl<M: EmitMode> Ring<M> {
             floor: self.published_end_floor.load(Ordering::Acquire),
         }
     }
+}
+
+/// What a reader validates its reads against: the claim word and the
+/// watermark and end floor, all read after its `fence(Acquire)`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Validation {
+    /// The claim word, decoded.
+    pub(crate) claimed: Claimed,
+    /// The watermark, read after the claim word.
+    pub(crate) published: u64,
+    /// The end floor, read after the watermark.
+    pub(crate) floor: u64,
 }
 
 /// The first half of a bracketed decode of the claim word (see

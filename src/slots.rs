@@ -110,39 +110,46 @@ impl Slots {
         i as usize
     }
 
-    fn slot(&self, seq: u64) -> &Slot {
-        &self.slots[self.index(seq)]
+    /// `seq`'s slot. Always `Some` (`index` is below the power-of-two
+    /// length); an `Option` so that no bounds-check panic exists in the
+    /// emit path, where nothing may panic between claim and commit.
+    fn slot(&self, seq: u64) -> Option<&Slot> {
+        self.slots.get(self.index(seq))
     }
 
     /// Records where `seq`'s payload is. The caller emits `seq`, has claimed
     /// it, waited for the slot's previous record to leave the reserve, and
     /// issued `fence(Release)` since the claim.
     pub(crate) fn set_location(&self, seq: u64, location: Location) {
-        let slot = self.slot(seq);
-        slot.pos.store(location.pos, Ordering::Relaxed);
-        slot.len.store(location.len, Ordering::Relaxed);
+        if let Some(slot) = self.slot(seq) {
+            slot.pos.store(location.pos, Ordering::Relaxed);
+            slot.len.store(location.len, Ordering::Relaxed);
+        }
     }
 
     /// Marks `seq` committed: its payload and location are in place.
     pub(crate) fn commit(&self, seq: u64) {
-        self.slot(seq).stamp.store(seq, Ordering::Release);
+        if let Some(slot) = self.slot(seq) {
+            slot.stamp.store(seq, Ordering::Release);
+        }
     }
 
     /// Whether `seq` is committed. `SeqCst`: the publish scan relies on it
     /// (see `Ring::publish`).
     pub(crate) fn is_committed(&self, seq: u64) -> bool {
-        self.slot(seq).stamp.load(Ordering::SeqCst) == seq
+        self.slot(seq)
+            .is_some_and(|slot| slot.stamp.load(Ordering::SeqCst) == seq)
     }
 
     /// The location fields of `seq`'s slot, as they are now: `seq`'s if it
     /// is published and its slot not reused, else possibly torn. The caller
     /// validates after `fence(Acquire)`.
     pub(crate) fn locate(&self, seq: u64) -> Location {
-        let slot = self.slot(seq);
-        Location {
-            pos: slot.pos.load(Ordering::Relaxed),
-            len: slot.len.load(Ordering::Relaxed),
-        }
+        self.slot(seq)
+            .map_or_else(Location::default, |slot| Location {
+                pos: slot.pos.load(Ordering::Relaxed),
+                len: slot.len.load(Ordering::Relaxed),
+            })
     }
 }
 

@@ -46,7 +46,8 @@ pub struct Writer {
     /// What this writer has claimed: the ring's claim word decoded. Only
     /// this writer changes the word.
     claimed: Claimed,
-    /// The end floor last stored; raised every half window of words.
+    /// The end floor last stored: raised to the record's start whenever a
+    /// record would end more than a window of words past it.
     floor: u64,
 }
 
@@ -98,7 +99,18 @@ impl Writer {
         // `Release`: a reader that decodes this claim has the watermark of
         // the previous emit behind it (the bracket's lag bound).
         ring.claim.store(self.claimed.encode(), Ordering::Release);
-        // The claim before any store that could overwrite a record.
+        let window_words = ring.geometry.window_words() as u64;
+        if end > self.floor + window_words {
+            // The wrap check of the shared protocol, which readers rely on:
+            // before a record's words overwrite anything, the floor is at
+            // least `end - window_words`. Every record before `pos` is
+            // published, so `pos` is a valid floor, and `pos >= end -
+            // window_words` since a payload fits the window.
+            self.floor = pos;
+            ring.published_end_floor.store(pos, Ordering::Relaxed);
+        }
+        // The claim and floor before any store that could overwrite a
+        // record.
         fence(Ordering::Release);
         ring.arena.write(pos, payload);
         ring.slots.set_location(
@@ -108,11 +120,6 @@ impl Writer {
                 len: payload.len() as u64,
             },
         );
-        if end - self.floor > ring.geometry.window_words() as u64 / 2 {
-            // Keeps the floor within a window of the published end.
-            self.floor = end;
-            ring.published_end_floor.store(end, Ordering::Release);
-        }
         ring.published.store(seq, Ordering::Release);
         // Store-buffering with a follower registering: see `notify`.
         fence(Ordering::SeqCst);

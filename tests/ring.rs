@@ -305,3 +305,98 @@ fn rings_stores_and_followers_cross_threads() {
     fn send<T: Send>() {}
     send::<Follower<Arc<Ring>>>();
 }
+
+/// The retention reserve, deterministically: an emitter parked between its
+/// claim and its commit (the test-only hook) stops the watermark; the others
+/// keep emitting up to the window and then wait, and replays of the newest
+/// `reserve_events` published events keep succeeding throughout.
+#[test]
+fn replays_within_the_reserve_succeed_while_an_emitter_is_stalled() {
+    let ring = Arc::new(Ring::new(Config::default().events(8).bytes(1024)));
+    let g = ring.geometry();
+    assert_eq!((g.events(), g.reserve_events(), g.window()), (8, 4, 4));
+    for i in 1..=8u8 {
+        ring.emit(&[i]).unwrap();
+    }
+    let (claimed_tx, claimed_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let stalled = {
+        let ring = Arc::clone(&ring);
+        std::thread::spawn(move || {
+            ring.emit_with_hook(&[9], |seq| {
+                claimed_tx.send(seq).unwrap();
+                release_rx.recv().unwrap();
+            })
+        })
+    };
+    assert_eq!(claimed_rx.recv().unwrap(), 9);
+    // Seqs 10..=12 are within the window of the watermark (8): no wait.
+    for i in 10..=12u8 {
+        assert_eq!(ring.emit(&[i]), Ok(u64::from(i)));
+    }
+    assert_eq!(ring.published(), 8, "the watermark cannot pass seq 9");
+    let reserve = |ring: &Ring| {
+        let events = ring.replay_after(4).expect("the reserve is retained");
+        assert_eq!(seqs(&events), [5, 6, 7, 8]);
+        for event in &events {
+            assert_eq!(&event.payload[..], &[event.seq as u8]);
+        }
+    };
+    reserve(&ring);
+    // Seq 4's slot went to seq 12: outside the reserve, honestly a gap.
+    assert!(matches!(ring.replay_after(3), Err(ReplayError::Gap(g)) if g.first_retained == 5));
+    // Seq 13 is a window ahead of the watermark: its emitter waits.
+    let waiting = {
+        let ring = Arc::clone(&ring);
+        std::thread::spawn(move || ring.emit(&[13]))
+    };
+    while ring.stats().waiting_emitters == 0 {
+        std::thread::yield_now();
+    }
+    reserve(&ring);
+    assert_eq!(ring.published(), 8);
+    release_tx.send(()).unwrap();
+    assert_eq!(stalled.join().unwrap(), Ok(9));
+    assert_eq!(waiting.join().unwrap(), Ok(13));
+    let stats = ring.stats();
+    assert_eq!((stats.published, stats.claimed), (13, 13));
+    assert_eq!((stats.wrap_waits, stats.waiting_emitters), (1, 0));
+    assert_eq!(
+        seqs(&ring.replay_after(5).unwrap()),
+        (6..=13).collect::<Vec<_>>()
+    );
+}
+
+/// The claim-to-commit window cannot be broken by a panic: a hook that
+/// panics inside it still leaves the event committed and published.
+#[test]
+fn a_panic_inside_the_claim_window_still_commits_the_event() {
+    let ring = Ring::new(Config::default().events(4).bytes(64));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        ring.emit_with_hook(b"kept", |_| panic!("descheduled for good"))
+    }));
+    assert!(result.is_err(), "the hook's panic resumes after the commit");
+    assert_eq!(ring.published(), 1);
+    assert_eq!(&ring.read(1).unwrap().payload[..], b"kept");
+    assert_eq!(ring.emit(b"next"), Ok(2));
+}
+
+#[test]
+fn a_single_writer_emits_dense_seqs_that_readers_replay() {
+    let mut writer = gapless::Writer::new(Config::default().events(4).bytes(64));
+    let ring = Arc::clone(writer.ring());
+    for i in 1..=6u8 {
+        assert_eq!(writer.emit(&[i; 3]), Ok(u64::from(i)));
+    }
+    assert_eq!(ring.published(), 6);
+    assert_eq!(seqs(&ring.replay_after(2).unwrap()), [3, 4, 5, 6]);
+    assert!(matches!(ring.replay_after(1), Err(ReplayError::Gap(g)) if g.first_retained == 3));
+    let max = ring.max_payload();
+    assert_eq!(
+        writer.emit(&vec![0; max + 1]),
+        Err(EmitError::TooLarge { len: max + 1, max })
+    );
+    assert_eq!(writer.emit(&vec![7; max]), Ok(7));
+    assert_eq!(ring.read(7).unwrap().payload.len(), max);
+    assert!(ring.coverage(5).is_covered());
+}

@@ -2,11 +2,14 @@
 //!
 //! The input picks a ring (2..=32 events, 64..=1024 bytes, so that records
 //! wrap the arena and evict constantly) and a sequence of operations: emits
-//! of odd sizes (empty, word and block edges, up to and past the largest
-//! payload), batches, and replays, ranges, coverage checks and reads at
-//! cursors near the head or anywhere in `u64`. Every result, and the
-//! watermark and stats after every step, must equal the reference model's
-//! (`tests/model/`, the same model `tests/ring_model.rs` uses).
+//! of odd sizes (empty, word edges, fractions of the arena, up to and past
+//! the largest payload), batches (up to past the window), and replays,
+//! ranges, coverage checks and reads at cursors near the head or anywhere in
+//! `u64`. Every result, and the watermark and stats after every step, must
+//! equal the reference model's (`tests/model/`, the same model
+//! `tests/ring_model.rs` uses). Emit never fails but for size: every emit
+//! of a payload that fits returns `Ok` with the next seq, and no emitter
+//! ever waits (a single thread is never a window ahead of itself).
 
 #![no_main]
 
@@ -15,7 +18,7 @@
 mod model;
 
 use arbitrary::Arbitrary;
-use gapless::{Config, EmitError, Ring};
+use gapless::{Config, Ring};
 use libfuzzer_sys::fuzz_target;
 use model::Model;
 use std::num::NonZeroU64;
@@ -47,14 +50,14 @@ enum Len {
     Small(u8),
     /// A word edge: 7, 8, 9, 15, 16, 17, 63, 64, 65, ...
     WordEdge(u8),
-    /// `k` blocks plus or minus a few bytes.
-    BlockEdge {
-        blocks: u8,
+    /// `k` sixteenths of the arena plus or minus a few bytes.
+    ArenaFraction {
+        sixteenths: u8,
         delta: i8,
     },
     /// `max_payload` plus or minus a few bytes (past it: refused).
     NearMax(i8),
-    /// Anything up to the arena's size plus a block.
+    /// Anything up to the arena's size plus a sixteenth.
     Any(u16),
 }
 
@@ -83,7 +86,7 @@ const WORD_EDGES: [usize; 14] = [1, 7, 8, 9, 15, 16, 17, 55, 56, 57, 63, 64, 65,
 
 struct Shape {
     max_payload: usize,
-    block_bytes: usize,
+    sixteenth: usize,
     arena_bytes: usize,
 }
 
@@ -94,12 +97,12 @@ impl Len {
             Len::Zero => 0,
             Len::Small(n) => 1 + usize::from(n % 16),
             Len::WordEdge(i) => WORD_EDGES[usize::from(i) % WORD_EDGES.len()],
-            Len::BlockEdge { blocks, delta } => offset(
-                shape.block_bytes * usize::from(blocks % 65),
+            Len::ArenaFraction { sixteenths, delta } => offset(
+                shape.sixteenth * usize::from(sixteenths % 17),
                 i64::from(delta % 9),
             ),
             Len::NearMax(delta) => offset(shape.max_payload, i64::from(delta % 17)),
-            Len::Any(n) => usize::from(n) % (shape.arena_bytes + shape.block_bytes + 1),
+            Len::Any(n) => usize::from(n) % (shape.arena_bytes + shape.sixteenth + 1),
         }
     }
 }
@@ -134,7 +137,7 @@ fuzz_target!(|input: Input| {
     let g = ring.geometry();
     let shape = Shape {
         max_payload: ring.max_payload(),
-        block_bytes: g.block_words() * 8,
+        sixteenth: g.arena_bytes() / 16,
         arena_bytes: g.arena_bytes(),
     };
     assert_eq!(shape.max_payload, model.max_payload);
@@ -158,18 +161,7 @@ fuzz_target!(|input: Input| {
                     .map(|(i, len)| payload(len.resolve(&shape), fill.wrapping_add(i as u8)))
                     .collect();
                 let refs: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
-                // The model has no batch: a batch is all-or-nothing on size,
-                // then one emit per payload.
-                let expected = match refs.iter().find(|p| p.len() > model.max_payload) {
-                    Some(too_big) => Err(EmitError::TooLarge {
-                        len: too_big.len(),
-                        max: model.max_payload,
-                    }),
-                    None => {
-                        let seqs: Vec<u64> = refs.iter().map(|p| model.emit(p).unwrap()).collect();
-                        Ok(seqs.first().map(|&first| first..=*seqs.last().unwrap()))
-                    }
-                };
+                let expected = model.emit_batch(&refs);
                 assert_eq!(
                     ring.emit_batch(&refs),
                     expected,
@@ -243,10 +235,12 @@ fuzz_target!(|input: Input| {
         let expected = gapless::Stats {
             claimed: model.head,
             published: model.head,
-            // Single-threaded emits are never lapped.
-            lost: 0,
             evicted: first_retained - 1,
             first_retained,
+            // A single thread never waits at the wrap.
+            wrap_waits: 0,
+            wrap_wait_nanos: 0,
+            waiting_emitters: 0,
         };
         assert_eq!(stats, expected, "after step {step}: {op:?} on {g:?}");
     }

@@ -21,8 +21,9 @@ use std::sync::{Arc, Mutex};
 /// `Ring::try_new` (no clamping) and a fixed epoch, so every loom execution
 /// builds the same ring.
 ///
-/// `tiny_ring(2, 64)` is the smallest ring there is: 2 slots, 8 arena words
-/// in 8 one-word blocks, a 56-byte payload limit.
+/// `tiny_ring(2, 64)` is the smallest ring there is: 2 slots (a window of
+/// one seq ahead of the watermark, a reserve of one), 16 arena words (a
+/// window of 8 words, a 64-byte payload limit, a reserve of 8 words).
 pub fn tiny_ring(events: usize, bytes: usize) -> Ring {
     let config = Config::default()
         .events(events)
@@ -46,57 +47,46 @@ pub fn payload(emitter: u8, index: u8, len: usize) -> Vec<u8> {
     (0..len).map(|i| tag << 4 | (i % 16) as u8).collect()
 }
 
-/// What each seq's emitter passed to `emit`, for the emits that committed.
+/// What each seq's emitter passed to `emit`.
 #[derive(Debug, Default)]
 pub struct Emitted {
     committed: BTreeMap<u64, Vec<u8>>,
-    lost: Vec<u64>,
 }
 
 impl Emitted {
-    /// Records the result of emitting `payload`. Panics on anything but
-    /// `Ok` and `EmitError::Lapped`, and on a seq handed out twice.
+    /// Records the result of emitting `payload`. Panics on any error (an
+    /// emit of a payload that fits never fails) and on a seq handed out
+    /// twice.
     pub fn record(&mut self, result: Result<u64, EmitError>, payload: Vec<u8>) {
         let seq = match result {
-            Ok(seq) | Err(EmitError::Lapped { seq }) => seq,
-            Err(error) => panic!("unexpected emit error: {error}"),
+            Ok(seq) => seq,
+            Err(error) => panic!("an emit that fits failed: {error}"),
         };
         assert!(
-            !self.committed.contains_key(&seq) && !self.lost.contains(&seq),
+            self.committed.insert(seq, payload).is_none(),
             "seq {seq} handed out twice"
         );
-        if result.is_ok() {
-            self.committed.insert(seq, payload);
-        } else {
-            self.lost.push(seq);
-        }
     }
 
-    /// Seqs whose emit returned `Ok`.
+    /// Every seq handed out.
     pub fn committed(&self) -> impl Iterator<Item = u64> + '_ {
         self.committed.keys().copied()
     }
 
-    /// Seqs whose emit returned `EmitError::Lapped`.
-    pub fn lost(&self) -> &[u64] {
-        &self.lost
-    }
-
-    /// Every seq handed out, committed or lost.
+    /// How many seqs were handed out.
     pub fn claimed(&self) -> u64 {
-        (self.committed.len() + self.lost.len()) as u64
+        self.committed.len() as u64
     }
 
     /// Asserts that the seqs handed out are exactly `1..=claimed()`.
     pub fn assert_dense(&self) {
-        let mut seqs: Vec<u64> = self.committed().chain(self.lost.iter().copied()).collect();
-        seqs.sort_unstable();
+        let seqs: Vec<u64> = self.committed().collect();
         let dense: Vec<u64> = (1..=self.claimed()).collect();
         assert_eq!(seqs, dense, "seqs are not dense");
     }
 
-    /// Asserts that `event` is a committed emit's seq with exactly the bytes
-    /// its emitter passed.
+    /// Asserts that `event` is an emitted seq with exactly the bytes its
+    /// emitter passed.
     pub fn assert_intact(&self, event: &Event) {
         match self.committed.get(&event.seq) {
             Some(expected) => assert_eq!(
@@ -105,10 +95,7 @@ impl Emitted {
                 "seq {} returned with torn or wrong bytes",
                 event.seq
             ),
-            None => panic!(
-                "seq {} was returned, but its emitter did not commit it (lost: {:?})",
-                event.seq, self.lost
-            ),
+            None => panic!("seq {} was returned, but nobody emitted it", event.seq),
         }
     }
 }

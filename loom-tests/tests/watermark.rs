@@ -16,8 +16,10 @@
 //!   handed out.
 //!
 //! Together with model 1 this pins `published` down from both sides: it
-//! covers only settled seqs (a slot still `WRITING` stops it) and it reaches
-//! every settled one (the `fence(SeqCst)` before each advance).
+//! covers only committed seqs (a slot whose stamp is not yet the seq stops
+//! it) and it reaches every committed one (the `SeqCst` publish). With two
+//! slots and three emits, the third emitter waits at the wrap for the
+//! watermark to pass seq 2 (a window of one), so every emit returns `Ok`.
 //!
 //! Emitters pass a `gapless_loom_tests::Gate` before emitting and the main
 //! thread looks at it before each observation, so that loom also explores
@@ -150,7 +152,7 @@ fn published_prefix_is_intact_or_evicted_while_emitters_lap() {
     let outcomes = Outcomes::default();
     let tally = outcomes.clone();
     loom::model(move || {
-        // Two slots, three emits: seq 1 may be lost or overwritten.
+        // Two slots, three emits: seq 1 is overwritten, nothing is lost.
         let ring = Arc::new(tiny_ring(2, 64));
         let gate = Arc::new(Gate::default());
         let emitters = spawn_emitters(&ring, &gate, &[1, 2]);
