@@ -79,7 +79,7 @@ pub struct ChurnReport {
     pub sessions: usize,
     /// Events the producers emitted (202).
     pub emitted: u64,
-    /// Emits refused (503 lapped, 413...).
+    /// Emits refused (413 for an oversized payload, transport errors).
     pub emit_failures: u64,
     /// Events the clients accepted (each exactly `cursor + 1`).
     pub delivered: u64,
