@@ -14,9 +14,31 @@
 //! wrap and one whose second emit came after the release.
 
 use gapless_loom_tests::{payload, tiny_ring, Emitted, Outcomes};
+use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Notify;
 use loom::thread;
 use std::sync::Arc;
+
+/// A one-shot signal: loom's `Notify` may wake spuriously, so the flag says
+/// whether it really fired.
+#[derive(Default)]
+struct Signal {
+    fired: AtomicBool,
+    notify: Notify,
+}
+
+impl Signal {
+    fn fire(&self) {
+        self.fired.store(true, Ordering::Release);
+        self.notify.notify();
+    }
+
+    fn wait(&self) {
+        while !self.fired.load(Ordering::Acquire) {
+            self.notify.wait();
+        }
+    }
+}
 
 #[test]
 fn the_reserve_survives_a_stalled_emitter() {
@@ -29,15 +51,15 @@ fn the_reserve_survives_a_stalled_emitter() {
             let bytes = payload(0, index, 8);
             emitted.record(ring.emit(&bytes), bytes);
         }
-        let claimed = Arc::new(Notify::new());
-        let release = Arc::new(Notify::new());
+        let claimed = Arc::new(Signal::default());
+        let release = Arc::new(Signal::default());
         let a = {
             let ring = Arc::clone(&ring);
             let (claimed, release) = (Arc::clone(&claimed), Arc::clone(&release));
             thread::spawn(move || {
                 let bytes = payload(1, 0, 8);
                 let result = ring.emit_with_hook(&bytes, |_| {
-                    claimed.notify();
+                    claimed.fire();
                     release.wait();
                 });
                 vec![(result, bytes)]
@@ -56,7 +78,7 @@ fn the_reserve_survives_a_stalled_emitter() {
             })
         };
         let replay = ring.replay_after(2).expect("the reserve was evicted");
-        release.notify();
+        release.fire();
         for emitter in [a, b] {
             for (result, bytes) in emitter.join().expect("emitter panicked") {
                 emitted.record(result, bytes);

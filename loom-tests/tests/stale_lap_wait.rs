@@ -2,20 +2,20 @@
 //! Model 3: an emitter a window ahead of a stalled one waits for it instead
 //! of losing its event, and no seq is ever lost.
 //!
-//! Emitter A emits once while emitter B emits twice, so three seqs race for
-//! too little room, and in some interleavings an emitter claims a seq whose
-//! slot or words still belong to an emitter between its claim and commit:
+//! Emitters A and B race for too little room, and in some interleavings an
+//! emitter claims a seq whose slot or words still belong to an emitter
+//! between its claim and commit:
 //!
-//! - **in its slot**: two slots (a window of one seq), so seq 2 needs seq 1
-//!   published and seq 3 needs seq 2.
+//! - **in its slot**: two slots (a window of one seq); A emits once, B
+//!   twice, so seq 2 needs seq 1 published and seq 3 needs seq 2.
 //! - **in the arena**: four slots (no slot conflict), sixteen arena words
-//!   (a window of eight), and three 8-word payloads: the third record's
-//!   words are free only once the first two are published.
+//!   (a window of eight), and two 8-word payloads, one each: the second
+//!   record's words are free only once the first is published.
 //!
 //! Meanwhile the main thread replays from cursor 0. In every interleaving:
-//! the seqs handed out are exactly 1, 2, 3 and every emit returns `Ok`; the
+//! the seqs handed out are dense from 1 and every emit returns `Ok`; the
 //! concurrent replay is a contiguous prefix with exact bytes, or a gap;
-//! once both emitters return, `published()` is 3 and every retained seq
+//! once both emitters return, `published()` is the last seq and every retained seq
 //! reads back as emitted. Each test asserts that loom reached an execution
 //! where an emitter waited (`Stats::wrap_waits`), so the wait path ran.
 
@@ -24,9 +24,9 @@ use gapless_loom_tests::{payload, tiny_ring, Emitted, Gate, Outcomes};
 use loom::thread;
 use std::sync::Arc;
 
-/// Emitter A (index 0) emits `len` bytes once, emitter B (index 1) twice;
-/// meanwhile the main thread replays from cursor 0.
-fn race(ring: &Arc<Ring>, len: usize) -> (Emitted, Result<Vec<Event>, ReplayError>) {
+/// Emitter A (index 0) emits `len` bytes once, emitter B (index 1)
+/// `b_emits` times; meanwhile the main thread replays from cursor 0.
+fn race(ring: &Arc<Ring>, len: usize, b_emits: u8) -> (Emitted, Result<Vec<Event>, ReplayError>) {
     let gate = Arc::new(Gate::default());
     let spawn = |emitter: u8, count: u8| {
         let ring = Arc::clone(ring);
@@ -42,7 +42,7 @@ fn race(ring: &Arc<Ring>, len: usize) -> (Emitted, Result<Vec<Event>, ReplayErro
         })
     };
     let a = spawn(0, 1);
-    let b = spawn(1, 2);
+    let b = spawn(1, b_emits);
     gate.look();
     let replay = ring.replay_after(0);
     let mut emitted = Emitted::default();
@@ -54,12 +54,13 @@ fn race(ring: &Arc<Ring>, len: usize) -> (Emitted, Result<Vec<Event>, ReplayErro
     (emitted, replay)
 }
 
-fn check(ring: Ring, len: usize) -> &'static str {
+fn check(ring: Ring, len: usize, b_emits: u8) -> &'static str {
     let ring = Arc::new(ring);
-    let (emitted, replay) = race(&ring, len);
+    let (emitted, replay) = race(&ring, len, b_emits);
+    let claimed = 1 + u64::from(b_emits);
     emitted.assert_dense();
-    assert_eq!(emitted.claimed(), 3);
-    assert_eq!(ring.published(), 3, "the watermark stalled");
+    assert_eq!(emitted.claimed(), claimed);
+    assert_eq!(ring.published(), claimed, "the watermark stalled");
     match replay {
         Ok(events) => {
             for (expected, event) in (1..).zip(&events) {
@@ -70,7 +71,7 @@ fn check(ring: Ring, len: usize) -> &'static str {
         Err(ReplayError::Gap(gap)) => assert!(gap.first_retained >= 2, "{gap:?}"),
         Err(error) => panic!("unexpected replay error: {error}"),
     }
-    for seq in ring.first_retained()..=3 {
+    for seq in ring.first_retained()..=claimed {
         emitted.assert_intact(&ring.read(seq).expect("retained"));
     }
     if ring.stats().wrap_waits > 0 {
@@ -84,7 +85,7 @@ fn check(ring: Ring, len: usize) -> &'static str {
 fn an_emitter_waits_for_a_stalled_slot_instead_of_losing_its_event() {
     let outcomes = Outcomes::default();
     let tally = outcomes.clone();
-    loom::model(move || tally.record(check(tiny_ring(2, 64), 8)));
+    loom::model(move || tally.record(check(tiny_ring(2, 64), 8, 2)));
     outcomes.assert_seen("slot wrap", &["waited", "no wait"]);
 }
 
@@ -92,6 +93,6 @@ fn an_emitter_waits_for_a_stalled_slot_instead_of_losing_its_event() {
 fn an_emitter_waits_for_stalled_words_instead_of_losing_its_event() {
     let outcomes = Outcomes::default();
     let tally = outcomes.clone();
-    loom::model(move || tally.record(check(tiny_ring(4, 64), 64)));
+    loom::model(move || tally.record(check(tiny_ring(4, 64), 64, 1)));
     outcomes.assert_seen("word wrap", &["waited", "no wait"]);
 }
