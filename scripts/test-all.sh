@@ -4,7 +4,8 @@
 #      proptest model tests (1000 cases each), the 3-emitter/2-reader stress
 #      test, the allocation test, wire-format properties, session rules, the
 #      server's protocol tests over loopback, doc tests
-#   2. the examples and the main job, run for real: the quickstart, and a
+#   2. the examples and the main job, run for real: the quickstart, the
+#      single-writer example, and a
 #      short churn run that exits non-zero on a silent gap
 #   3. the benchmarks in test mode (each scenario once)
 #   4. the concurrency proof: loom models, Miri, ThreadSanitizer
@@ -19,6 +20,7 @@ cargo test --workspace --release
 
 step "examples and the main job"
 cargo run --release --example quickstart
+cargo run --release --example single_writer
 cargo run --release -p gapless-server -- churn --duration "${CHURN_SECONDS:-8}" --sessions 12
 
 step "benchmarks in test mode"
