@@ -302,7 +302,11 @@ impl Ring<Shared> {
                 };
             } else {
                 // `next`'s slot may show a newer seq if the watermark moved
-                // past `top` meanwhile: re-read before stopping.
+                // past `top` meanwhile: re-read before stopping. (Whoever
+                // moved it scans on with a later view, so stopping would
+                // also be safe; the re-read costs one load and keeps this
+                // loop's exit independent of that argument. Loom does not
+                // tell the two apart.)
                 let now = self.published.load(Ordering::SeqCst);
                 if now == top {
                     break;
@@ -310,6 +314,10 @@ impl Ring<Shared> {
                 top = now;
             }
         }
+        // Our last raise (a `SeqCst` CAS, here or in the scan) before the
+        // `SeqCst` load of the waiter count: the store-buffering pair of
+        // `notify`.
+        seq_cst_access_fence();
         self.notifier.advanced();
     }
 }

@@ -11,7 +11,7 @@
 //! either the waiter sees the new watermark or the emitter sees the waiter
 //! and wakes it under the mutex.
 
-use crate::sync::{fence, lock, seq_cst_access_fence, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::sync::{fence, lock, AtomicUsize, Condvar, Mutex, Ordering};
 use crossbeam_utils::CachePadded;
 use std::task::Waker;
 
@@ -43,8 +43,9 @@ impl Notifier {
 
     /// Called by an emitter right after it raised the watermark with a
     /// `SeqCst` read-modify-write, or stored it and issued `fence(SeqCst)`.
+    /// (Under loom the shared emitter adds the fence its `SeqCst` accesses
+    /// stand for before calling this; see `sync::seq_cst_access_fence`.)
     pub(crate) fn advanced(&self) {
-        seq_cst_access_fence();
         if self.waiters.load(Ordering::SeqCst) == 0 {
             return;
         }

@@ -21,7 +21,8 @@ use std::sync::Arc;
 /// ```
 /// use gapless::{Config, Follower, Writer};
 /// use std::sync::Arc;
-/// let mut writer = Writer::new(Config::default().events(64));
+/// // Room for all 100 events: the follower can never fall a ring behind.
+/// let mut writer = Writer::new(Config::default().events(128));
 /// let ring = Arc::clone(writer.ring());
 /// let mut follower = Follower::new(Arc::clone(&ring), 0);
 /// let producer = std::thread::spawn(move || {

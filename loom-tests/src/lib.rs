@@ -68,6 +68,16 @@ impl Emitted {
         );
     }
 
+    /// Adds what `other` recorded (emits made before the threads started).
+    pub fn absorb(&mut self, other: Emitted) {
+        for (seq, payload) in other.committed {
+            assert!(
+                self.committed.insert(seq, payload).is_none(),
+                "seq {seq} handed out twice"
+            );
+        }
+    }
+
     /// Every seq handed out.
     pub fn committed(&self) -> impl Iterator<Item = u64> + '_ {
         self.committed.keys().copied()

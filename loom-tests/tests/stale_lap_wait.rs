@@ -9,8 +9,12 @@
 //! - **in its slot**: two slots (a window of one seq); A emits once, B
 //!   twice, so seq 2 needs seq 1 published and seq 3 needs seq 2.
 //! - **in the arena**: four slots (no slot conflict), sixteen arena words
-//!   (a window of eight), and two 8-word payloads, one each: the second
-//!   record's words are free only once the first is published.
+//!   (a window of eight, a reserve of eight). Seq 1 (8 words) is published
+//!   first; A emits one word, B eight. Whichever record comes third ends
+//!   past word 16, over seq 1's first word: its emitter must wait until seq
+//!   2 is published, since until then seq 1 is the reserve. (This model
+//!   runs with a preemption bound of 2 to stay small: the stall needs one
+//!   preemption, the reader's overlap one more.)
 //!
 //! Meanwhile the main thread replays from cursor 0. In every interleaving:
 //! the seqs handed out are dense from 1 and every emit returns `Ok`; the
@@ -24,11 +28,16 @@ use gapless_loom_tests::{payload, tiny_ring, Emitted, Gate, Outcomes};
 use loom::thread;
 use std::sync::Arc;
 
-/// Emitter A (index 0) emits `len` bytes once, emitter B (index 1)
-/// `b_emits` times; meanwhile the main thread replays from cursor 0.
-fn race(ring: &Arc<Ring>, len: usize, b_emits: u8) -> (Emitted, Result<Vec<Event>, ReplayError>) {
+/// Emitter A (index 0) emits `a_len` bytes once, emitter B (index 1)
+/// `b_emits` times `b_len` bytes; meanwhile the main thread replays from
+/// cursor 0.
+fn race(
+    ring: &Arc<Ring>,
+    (a_len, b_len): (usize, usize),
+    b_emits: u8,
+) -> (Emitted, Result<Vec<Event>, ReplayError>) {
     let gate = Arc::new(Gate::default());
-    let spawn = |emitter: u8, count: u8| {
+    let spawn = |emitter: u8, count: u8, len: usize| {
         let ring = Arc::clone(ring);
         let gate = Arc::clone(&gate);
         thread::spawn(move || {
@@ -41,8 +50,8 @@ fn race(ring: &Arc<Ring>, len: usize, b_emits: u8) -> (Emitted, Result<Vec<Event
                 .collect::<Vec<_>>()
         })
     };
-    let a = spawn(0, 1);
-    let b = spawn(1, b_emits);
+    let a = spawn(0, 1, a_len);
+    let b = spawn(1, b_emits, b_len);
     gate.look();
     let replay = ring.replay_after(0);
     let mut emitted = Emitted::default();
@@ -54,10 +63,16 @@ fn race(ring: &Arc<Ring>, len: usize, b_emits: u8) -> (Emitted, Result<Vec<Event
     (emitted, replay)
 }
 
-fn check(ring: Ring, len: usize, b_emits: u8) -> &'static str {
+fn check(ring: Ring, prefill: &[usize], lens: (usize, usize), b_emits: u8) -> &'static str {
     let ring = Arc::new(ring);
-    let (emitted, replay) = race(&ring, len, b_emits);
-    let claimed = 1 + u64::from(b_emits);
+    let mut before = Emitted::default();
+    for (index, &len) in (0u8..).zip(prefill) {
+        let bytes = payload(3, index, len);
+        before.record(ring.emit(&bytes), bytes);
+    }
+    let (mut emitted, replay) = race(&ring, lens, b_emits);
+    emitted.absorb(before);
+    let claimed = prefill.len() as u64 + 1 + u64::from(b_emits);
     emitted.assert_dense();
     assert_eq!(emitted.claimed(), claimed);
     assert_eq!(ring.published(), claimed, "the watermark stalled");
@@ -85,7 +100,7 @@ fn check(ring: Ring, len: usize, b_emits: u8) -> &'static str {
 fn an_emitter_waits_for_a_stalled_slot_instead_of_losing_its_event() {
     let outcomes = Outcomes::default();
     let tally = outcomes.clone();
-    loom::model(move || tally.record(check(tiny_ring(2, 64), 8, 2)));
+    loom::model(move || tally.record(check(tiny_ring(2, 64), &[], (8, 8), 2)));
     outcomes.assert_seen("slot wrap", &["waited", "no wait"]);
 }
 
@@ -93,6 +108,8 @@ fn an_emitter_waits_for_a_stalled_slot_instead_of_losing_its_event() {
 fn an_emitter_waits_for_stalled_words_instead_of_losing_its_event() {
     let outcomes = Outcomes::default();
     let tally = outcomes.clone();
-    loom::model(move || tally.record(check(tiny_ring(4, 64), 64, 1)));
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(2);
+    builder.check(move || tally.record(check(tiny_ring(4, 64), &[64], (8, 64), 1)));
     outcomes.assert_seen("word wrap", &["waited", "no wait"]);
 }
