@@ -35,48 +35,66 @@ impl Arena {
 
     /// Stores `payload` at the run starting at virtual position `start`
     /// (`words_for(payload.len())` words, the last one zero-padded).
+    ///
+    /// Full words are stored by zipping the payload's 8-byte chunks with at
+    /// most two contiguous runs of the arena (up to its end, then from its
+    /// start): a tight loop with no per-word index check, and no panic path.
     pub(crate) fn write(&self, start: u64, payload: &[u8]) {
-        let mut position = start;
+        let (wrapped, from_start) = self.runs_from(start);
         let mut chunks = payload.chunks_exact(8);
-        for chunk in &mut chunks {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(chunk);
-            self.store(position, u64::from_le_bytes(word));
-            position = position.wrapping_add(1);
+        for (word, chunk) in from_start.iter().zip(chunks.by_ref()) {
+            word.store(le_word(chunk), Ordering::Relaxed);
+        }
+        for (word, chunk) in wrapped.iter().zip(chunks.by_ref()) {
+            word.store(le_word(chunk), Ordering::Relaxed);
         }
         let rest = chunks.remainder();
         if !rest.is_empty() {
             let mut word = [0u8; 8];
             word[..rest.len()].copy_from_slice(rest);
-            self.store(position, u64::from_le_bytes(word));
+            let last = start.wrapping_add((payload.len() / 8) as u64);
+            if let Some(slot) = self.words.get((last & self.mask) as usize) {
+                slot.store(u64::from_le_bytes(word), Ordering::Relaxed);
+            }
         }
     }
 
-    /// Stores one word. `get` is always `Some` (the mask is below the
-    /// power-of-two length): no bounds-check panic exists in the emit path.
-    fn store(&self, position: u64, word: u64) {
-        if let Some(slot) = self.words.get((position & self.mask) as usize) {
-            slot.store(word, Ordering::Relaxed);
-        }
-    }
-
-    /// Copies the words `start .. start + count` (`count <= len()`) into
-    /// `out` as little-endian bytes. The words may be torn by a concurrent
-    /// writer; the caller validates after `fence(Acquire)`.
-    pub(crate) fn copy_words(&self, start: u64, count: usize, out: &mut Vec<u8>) {
-        debug_assert!(count as u64 <= self.len());
-        out.reserve(count * 8);
+    /// The arena split at virtual position `start`: `(words before it,
+    /// words from it to the end)`, the two runs a record starting there
+    /// occupies, in reverse order.
+    fn runs_from(&self, start: u64) -> (&[AtomicU64], &[AtomicU64]) {
         let physical = (start & self.mask) as usize;
-        let first_run = count.min(self.words.len() - physical);
-        // At most two contiguous runs: up to the arena's end, then from its
-        // start.
-        for word in self.words[physical..physical + first_run]
-            .iter()
-            .chain(&self.words[..count - first_run])
-        {
-            out.extend_from_slice(&word.load(Ordering::Relaxed).to_le_bytes());
-        }
+        self.words.split_at(physical.min(self.words.len()))
     }
+
+    /// The words `start .. start + count` (`count <= len()`) as
+    /// little-endian bytes, in one allocation. The words may be torn by a
+    /// concurrent writer; the caller validates after `fence(Acquire)`.
+    pub(crate) fn copy_words(&self, start: u64, count: usize) -> Vec<u8> {
+        debug_assert!(count as u64 <= self.len());
+        let (wrapped, from_start) = self.runs_from(start);
+        let first = &from_start[..count.min(from_start.len())];
+        let second = &wrapped[..(count - first.len()).min(wrapped.len())];
+        // Exact-size extends: one allocation, no per-word capacity check;
+        // `into_flattened` reuses it as bytes without a copy.
+        let mut words: Vec<[u8; 8]> = Vec::with_capacity(count);
+        words.extend(
+            first
+                .iter()
+                .map(|w| w.load(Ordering::Relaxed).to_le_bytes()),
+        );
+        words.extend(
+            second
+                .iter()
+                .map(|w| w.load(Ordering::Relaxed).to_le_bytes()),
+        );
+        words.into_flattened()
+    }
+}
+
+/// An 8-byte chunk as the little-endian word that stores it.
+fn le_word(chunk: &[u8]) -> u64 {
+    u64::from_le_bytes(chunk.try_into().unwrap_or_default())
 }
 
 /// Words needed for `len` bytes.
@@ -94,16 +112,14 @@ mod tests {
         arena.write(0, &[1; 40]);
         let payload: Vec<u8> = (0..37).collect();
         arena.write(5, &payload);
-        let mut out = Vec::new();
-        arena.copy_words(5, words_for(payload.len()) as usize, &mut out);
+        let out = arena.copy_words(5, words_for(payload.len()) as usize);
         assert_eq!(&out[..payload.len()], &payload[..]);
         assert_eq!(
             &out[payload.len()..],
             &[0, 0, 0],
             "the last word is zero-padded"
         );
-        out.clear();
-        arena.copy_words(13, 3, &mut out);
+        let out = arena.copy_words(13, 3);
         assert_eq!(&out[..24], &payload[..24], "virtual positions wrap");
     }
 }

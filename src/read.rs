@@ -122,10 +122,11 @@ impl<M: EmitMode> Ring<M> {
         // slot was reused under us, which the validation below reports.
         let adjacent = locations.windows(2).all(|w| w[0].end() == w[1].pos);
         let words = end.wrapping_sub(start);
-        let mut bytes = Vec::new();
-        if adjacent && words <= self.arena.len() {
-            self.arena.copy_words(start, words as usize, &mut bytes);
-        }
+        let bytes = if adjacent && words <= self.arena.len() {
+            self.arena.copy_words(start, words as usize)
+        } else {
+            Vec::new()
+        };
         let valid = adjacent
             && words <= self.arena.len()
             && self

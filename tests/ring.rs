@@ -350,9 +350,16 @@ fn replays_within_the_reserve_succeed_while_an_emitter_is_stalled() {
         let ring = Arc::clone(&ring);
         std::thread::spawn(move || ring.emit(&[13]))
     };
-    while ring.stats().waiting_emitters == 0 {
+    // Observe the wait (polling, not sleeping); an emitter that did not
+    // wait finishes instead, and the assertion below says so.
+    while ring.stats().waiting_emitters == 0 && !waiting.is_finished() {
         std::thread::yield_now();
     }
+    assert_eq!(
+        ring.stats().waiting_emitters,
+        1,
+        "seq 13 did not wait at the wrap"
+    );
     reserve(&ring);
     assert_eq!(ring.published(), 8);
     release_tx.send(()).unwrap();
