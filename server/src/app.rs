@@ -222,10 +222,15 @@ async fn delete_session(
         .metrics
         .sessions_deleted
         .fetch_add(1, Ordering::Relaxed);
+    let stats = entry.session.ring().stats();
     state
         .metrics
         .evicted_in_deleted
-        .fetch_add(entry.session.ring().stats().evicted, Ordering::Relaxed);
+        .fetch_add(stats.evicted, Ordering::Relaxed);
+    state
+        .metrics
+        .wrap_waits_in_deleted
+        .fetch_add(stats.wrap_waits, Ordering::Relaxed);
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -294,16 +299,18 @@ async fn websocket(
 
 async fn metrics(State(AppState(state)): State<AppState>) -> Response {
     let entries = state.sessions.entries();
-    let evicted: u64 = entries
+    let (evicted, wrap_waits) = entries
         .iter()
-        .map(|(_, e)| e.session.ring().stats().evicted)
-        .sum();
+        .map(|(_, e)| e.session.ring().stats())
+        .fold((0u64, 0u64), |(evicted, waits), stats| {
+            (evicted + stats.evicted, waits + stats.wrap_waits)
+        });
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        state.metrics.render(entries.len(), evicted),
+        state.metrics.render(entries.len(), evicted, wrap_waits),
     )
         .into_response()
 }

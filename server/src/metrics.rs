@@ -34,6 +34,9 @@ pub(crate) struct Metrics {
     /// Evicted counts of rings already deleted (live rings are summed at
     /// scrape time).
     pub(crate) evicted_in_deleted: AtomicU64,
+    /// Wrap waits of rings already deleted (live rings are summed at
+    /// scrape time, like evictions).
+    pub(crate) wrap_waits_in_deleted: AtomicU64,
     pub(crate) migrations_granted: AtomicU64,
     pub(crate) migrations_completed: AtomicU64,
     pub(crate) lapped_readers: AtomicU64,
@@ -54,9 +57,14 @@ impl Metrics {
         counters[index].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Prometheus text exposition; `sessions` and `evicted_live` are read
-    /// from the store at scrape time.
-    pub(crate) fn render(&self, sessions: usize, evicted_live: u64) -> String {
+    /// Prometheus text exposition; `sessions`, `evicted_live` and
+    /// `wrap_waits_live` are read from the store at scrape time.
+    pub(crate) fn render(
+        &self,
+        sessions: usize,
+        evicted_live: u64,
+        wrap_waits_live: u64,
+    ) -> String {
         let mut out = String::new();
         let mut counter = |name: &str, help: &str, value: u64| {
             let _ = writeln!(
@@ -94,6 +102,11 @@ impl Metrics {
             "gapless_events_evicted_total",
             "Events evicted from session rings.",
             get(&self.evicted_in_deleted) + evicted_live,
+        );
+        counter(
+            "gapless_emit_wrap_waits_total",
+            "Emits that waited at the wrap for an emitter a window behind (size rings so this stays near zero).",
+            get(&self.wrap_waits_in_deleted) + wrap_waits_live,
         );
         counter(
             "gapless_migrations_granted_total",

@@ -1586,7 +1586,8 @@ async fn a_gap_evicted_after_the_grant_closes_the_socket_with_4409() {
 // ---------------------------------------------------------------------------
 
 /// `/metrics` is Prometheus text with sessions, events emitted, replayed,
-/// evicted, migrations granted, and refused by reason.
+/// evicted, emits that waited at the wrap, migrations granted, and refused
+/// by reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_are_prometheus_text_with_the_protocols_figures() {
     bounded("metrics", async {
@@ -1656,6 +1657,17 @@ async fn metrics_are_prometheus_text_with_the_protocols_figures() {
         grew("events emitted", &|s| s.name.contains("emitted"), 13.0);
         grew("events replayed", &|s| s.name.contains("replay"), 3.0);
         grew("events evicted", &|s| s.name.contains("evict"), 6.0);
+        // One client emitting in turn never waits at the wrap: the counter
+        // is exported, and zero.
+        grew(
+            "wrap waits",
+            &|s| s.name == "gapless_emit_wrap_waits_total",
+            0.0,
+        );
+        assert_eq!(
+            total(&after, &|s| s.name == "gapless_emit_wrap_waits_total"),
+            0.0
+        );
         grew(
             "migrations granted",
             &|s| {
