@@ -6,7 +6,10 @@
 #   scripts/proof.sh loom       # one of: loom, miri, tsan
 #
 # Miri and TSan need the nightly toolchain with the `miri` and `rust-src`
-# components; when they are missing this script says so and skips them.
+# components; this script installs them (rustup) when they are missing. A
+# check that still cannot run FAILS the script, unless GAPLESS_ALLOW_SKIP=1
+# says a skip is acceptable (then it is reported as SKIPPED): a newcomer's
+# run checks exactly what CI checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +18,26 @@ target="$(rustc -vV | sed -n 's/^host: //p')"
 
 have_nightly_component() {
     rustup +nightly component list --installed 2>/dev/null | grep -q "^$1"
+}
+
+# Installs the nightly toolchain component $1 if it is missing; returns
+# whether it is there afterwards.
+ensure_nightly_component() {
+    have_nightly_component "$1" && return 0
+    echo "== installing nightly component $1"
+    rustup toolchain install nightly --profile minimal >/dev/null 2>&1 || true
+    rustup +nightly component add "$1" >/dev/null 2>&1 || true
+    have_nightly_component "$1"
+}
+
+# Reports a check that cannot run: a failure unless GAPLESS_ALLOW_SKIP=1.
+cannot_run() {
+    if [ "${GAPLESS_ALLOW_SKIP:-0}" = "1" ]; then
+        echo "== $1: SKIPPED ($2; allowed by GAPLESS_ALLOW_SKIP=1)"
+        return 0
+    fi
+    echo "== $1: FAILED to run: $2 (set GAPLESS_ALLOW_SKIP=1 to allow skipping it)" >&2
+    return 1
 }
 
 run_loom() {
@@ -27,8 +50,8 @@ run_loom() {
 }
 
 run_miri() {
-    if ! have_nightly_component miri; then
-        echo "== miri: SKIPPED (nightly toolchain has no miri component; try: rustup +nightly component add miri rust-src)"
+    if ! ensure_nightly_component miri || ! ensure_nightly_component rust-src; then
+        cannot_run miri "nightly miri/rust-src could not be installed"
         return
     fi
     echo "== miri: engine unit tests, ring and session tests"
@@ -39,8 +62,8 @@ run_miri() {
 }
 
 run_tsan() {
-    if ! have_nightly_component rust-src; then
-        echo "== tsan: SKIPPED (nightly toolchain has no rust-src component, needed by -Zbuild-std)"
+    if ! ensure_nightly_component rust-src; then
+        cannot_run tsan "nightly rust-src (needed by -Zbuild-std) could not be installed"
         return
     fi
     echo "== tsan: stress and ring tests under ThreadSanitizer"

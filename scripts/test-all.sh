@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # Every test gapless has. `.ci/run` calls this after its lint checks.
 #   1. the workspace's tests in release: engine unit and contract tests, the
-#      proptest model tests (1000 cases each), the 3-emitter/2-reader stress
-#      test, the allocation test, wire-format properties, session rules, the
-#      server's protocol tests over loopback, doc tests
+#      proptest model tests (1000 cases each), the stress tests (6 emitters on
+#      64 events, 3 on 1024, 3 on 16k; 2 readers each), the allocation test,
+#      wire-format properties, session rules, the server's protocol tests over
+#      loopback, doc tests; then the stress tests again in the debug profile,
+#      so debug assertions and overflow checks run under concurrency
 #   2. the examples and the main job, run for real: the quickstart, the
 #      single-writer example, and a
 #      short churn run that exits non-zero on a silent gap
 #   3. the benchmarks in test mode (each scenario once)
-#   4. the concurrency proof: loom models, Miri, ThreadSanitizer
+#   4. the concurrency proof: loom models, Miri, ThreadSanitizer (installing
+#      the nightly components they need; a check that cannot run fails the
+#      script unless GAPLESS_ALLOW_SKIP=1)
 #   5. fuzzing: every cargo-fuzz target for FUZZ_SECONDS (default 45) each
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +21,9 @@ step() { printf '\n== %s\n' "$*"; }
 
 step "workspace tests (release)"
 cargo test --workspace --release
+
+step "the concurrent stress suite with debug assertions and overflow checks"
+cargo test -p gapless --test stress
 
 step "examples and the main job"
 cargo run --release --example quickstart
