@@ -137,7 +137,7 @@
 //! That is unreachable in practice: it takes millions of parked emitters,
 //! or thousands each parked with a multi-GiB payload.
 //!
-//! **Claim striping.** DESIGN.md suggests striping the claim word if it is
+//! **Claim striping.** The design suggested striping the claim word if it is
 //! contended at 4+ emitters. It stays one word: the ordered claim is what
 //! makes validation and coverage O(1), and `BENCHMARKS.md` shows what two
 //! and four emitters reach on the project's 2-core machine.

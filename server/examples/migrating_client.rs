@@ -11,7 +11,7 @@
 //! Without `--url` it starts a server in-process on a free port. Copy the
 //! shape of `main` and `follow` into your own client: the only cursor you
 //! ever send is `follower.cursor()`, the last event you *processed* — never
-//! an ID you saw in an emit answer or a header (the seed's variant 3).
+//! an ID you saw in an emit answer or a header (the echoed-ID case).
 
 use gapless_server::client::{Client, ClientError, MigratingClient, Next};
 use gapless_server::{spawn, ServerConfig};

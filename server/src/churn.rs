@@ -194,7 +194,7 @@ enum Action {
     Resume,
     /// Migrate to WebSocket with the true cursor, read a little, close.
     Migrate,
-    /// Present the server's last emitted ID as a cursor (seed variant 3).
+    /// Present the server's last emitted ID as a cursor (the echoed-ID case).
     Echo,
     /// Go quiet until the ring has evicted the gap, then resume.
     Stale,
@@ -401,7 +401,7 @@ async fn churn_client(
             }),
             Action::Echo => {
                 // Echo the server's last emitted ID as if it were our cursor
-                // (seed variant 3), once the server has stopped sending to us.
+                // (the echoed-ID case), once the server has stopped sending to us.
                 let session = mc.session().to_string();
                 if let Some(echoed) = echoed_cursor(&client, &session, &last_id).await {
                     match client.upgrade(mc.session(), echoed).await {

@@ -1,4 +1,4 @@
-//! A client for the gapless HTTP protocol (`PROTOCOL.md`), written from the
+//! A client for the gapless HTTP protocol (`docs/PROTOCOL.md` in the repository), written from the
 //! protocol alone so that it can be copied into any server's test suite.
 //!
 //! # The pattern
@@ -12,12 +12,12 @@
 //!    only if it is exactly `last + 1` (same epoch), and refuses anything
 //!    else as a [`SilentGap`];
 //! 2. resumes SSE with `Last-Event-ID: <true cursor>` — never with an ID it
-//!    merely saw in a header or an emit response (seed variant 3);
+//!    merely saw in a header or an emit response (the echoed-ID case);
 //! 3. migrates with `POST /session/{id}/upgrade` and **its own cursor in the
 //!    body**, then opens the WebSocket with the ticket, and asserts that the
-//!    first frame is `cursor + 1` (seed variant 1: the gap is replayed first);
+//!    first frame is `cursor + 1` (the mid-stream migration case: the gap is replayed first);
 //! 4. treats a `409 gap_not_covered`, an SSE `event: gap` and a WebSocket
-//!    close `4409` as an *explicit, reported* gap (seed variant 2): the
+//!    close `4409` as an *explicit, reported* gap (the evicted-gap case): the
 //!    loss is recorded ([`MigratingClient::gaps`]) and only skipped when the
 //!    application says so ([`MigratingClient::accept_gap`]).
 //!
@@ -79,7 +79,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Clone, Debug, PartialEq)]
 pub enum Refusal {
     /// `gap_not_covered`: the ring evicted events after the cursor (seed
-    /// variant 2).
+    /// evicted-gap case).
     GapNotCovered {
         /// The client's cursor (seq).
         cursor: u64,
@@ -91,7 +91,7 @@ pub enum Refusal {
         evicted: u64,
     },
     /// `cursor_ahead`: the cursor is beyond what the session was ever sent
-    /// (seed variant 3: an echoed server ID).
+    /// (the echoed-ID case: an echoed server ID).
     CursorAhead {
         /// The client's cursor (seq).
         cursor: u64,
@@ -1894,7 +1894,7 @@ impl MigratingClient {
     /// before the gap's `first_retained`. Returns how many seqs were
     /// skipped (counted in [`GapDetector::reported_lost`]).
     ///
-    /// `PROTOCOL.md` does not say how a client continues after a gap: a
+    /// The shared spec did not say how a client continues after a gap (`docs/PROTOCOL.md` now does): a
     /// server that also applies the `cursor_ahead` rule (the cursor must not
     /// exceed what it `sent`) refuses the moved cursor, so the session may
     /// have to be abandoned for a new one.

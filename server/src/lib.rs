@@ -3,7 +3,7 @@
 //! The reference HTTP server for gapless: sessions over SSE with
 //! `Last-Event-ID` resume, a cursor-in-body upgrade to WebSocket that
 //! replays the gap first or refuses with `409`, and `/metrics`. The protocol
-//! is the project's `PROTOCOL.md`; this crate follows it to the letter.
+//! is `docs/PROTOCOL.md` in the repository; this crate follows it to the letter.
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {

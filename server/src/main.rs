@@ -22,7 +22,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve the protocol of PROTOCOL.md.
+    /// Serve the protocol of docs/PROTOCOL.md.
     Serve {
         /// Address to listen on; port 0 picks a free port.
         #[arg(long, default_value = "127.0.0.1:7070")]

@@ -1,4 +1,4 @@
-//! The reference server against `PROTOCOL.md`, over real HTTP on loopback.
+//! The reference server against `docs/PROTOCOL.md`, over real HTTP on loopback.
 //!
 //! Written from the protocol page, not from the server's code: each test
 //! names the row it checks. Every network wait is bounded (the client's own
@@ -700,13 +700,13 @@ async fn ack_moves_acked_and_refuses_cursors_it_cannot_vouch_for() {
 // The seed's three variants
 // ---------------------------------------------------------------------------
 
-/// Seed variant 1: the client processed 1..=10, reconnects with
+/// The mid-stream migration case: the client processed 1..=10, reconnects with
 /// Last-Event-ID 10, the server emits 11..=13 mid-reconnect, the client
 /// upgrades instead with its TRUE cursor 10: the WebSocket's first frames
 /// are exactly 11, 12, 13, then live 14.. — not 14.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed_variant_1_the_gap_is_replayed_as_the_first_websocket_frames() {
-    bounded("variant 1", async {
+    bounded("mid-stream migration", async {
         let (server, client) = start(ServerConfig::default()).await;
         let a = create(&client).await;
         emit_range(&client, &a, 1, 1..=10).await;
@@ -744,12 +744,12 @@ async fn seed_variant_1_the_gap_is_replayed_as_the_first_websocket_frames() {
     .await;
 }
 
-/// Seed variant 2: the ring evicted the gap; the upgrade is refused with
+/// The evicted-gap case: the ring evicted the gap; the upgrade is refused with
 /// `gap_not_covered` and the figures, and so is the SSE resume (before any
 /// stream byte), and an SSE request without Last-Event-ID.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed_variant_2_an_evicted_gap_is_refused_with_its_figures() {
-    bounded("variant 2", async {
+    bounded("evicted gap", async {
         let (server, client) = start(small_ring(4)).await;
         let a = create(&client).await;
         emit_range(&client, &a, 2, 1..=2).await;
@@ -829,13 +829,13 @@ async fn seed_variant_2_an_evicted_gap_is_refused_with_its_figures() {
     .await;
 }
 
-/// Seed variant 3: a client that upgrades with the server's last-emitted ID
+/// The echoed-ID case: a client that upgrades with the server's last-emitted ID
 /// (echoed from an emit answer) instead of its own processed cursor is
 /// refused with `cursor_ahead` and `cursor, sent, published`; with its true
 /// cursor it gets the gap replayed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed_variant_3_an_echoed_server_id_is_refused_as_cursor_ahead() {
-    bounded("variant 3", async {
+    bounded("echoed ID", async {
         let (server, client) = start(ServerConfig::default()).await;
         let a = create(&client).await;
         emit_range(&client, &a, 3, 1..=10).await;
@@ -896,7 +896,7 @@ async fn seed_variant_3_an_echoed_server_id_is_refused_as_cursor_ahead() {
     .await;
 }
 
-/// The other side of variant 3: the `cursor_ahead` rule must never misfire
+/// The other side of the echoed-ID case: the `cursor_ahead` rule must never misfire
 /// on a TRUE cursor. A client that just received event n (the last one) and
 /// at once upgrades or resumes with cursor n is granted, every time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1737,7 +1737,7 @@ fn battery_config() -> ServerConfig {
     }
 }
 
-/// Every row of PROTOCOL.md's bad-input table, against `live` (a session the
+/// Every row of the protocol's bad-input table (docs/PROTOCOL.md), against `live` (a session the
 /// battery owns) and `deleted`. Returns how many requests it checked; panics
 /// on the first wrong answer.
 async fn bad_input_battery(client: &Client, live: &Created, deleted: &str) -> usize {

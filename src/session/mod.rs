@@ -163,7 +163,7 @@ struct Cursors {
 /// assert_eq!((grant.replay_from, grant.replay_to), (11, 13));
 /// let (grant, _attachment) = session.complete_upgrade(&Ticket([7; 16]), now)?;
 /// assert_eq!(grant.replay_from, 11);
-/// // An echoed server ID (variant 3) would have been refused:
+/// // An echoed server ID (the echoed-ID case) would have been refused:
 /// assert!(matches!(
 ///     session.begin_upgrade(EventId { epoch, seq: 99 }, Ticket([8; 16]), now),
 ///     Err(Refusal::CursorAhead { cursor: 99, sent: 13, .. })

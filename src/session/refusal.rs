@@ -7,7 +7,7 @@ use std::fmt;
 /// code of the reference server's protocol ([`Refusal::code`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Refusal {
-    /// The ring evicted events after the cursor (seed variant 2).
+    /// The ring evicted events after the cursor (the evicted-gap case).
     GapNotCovered {
         /// The client's cursor.
         cursor: u64,
@@ -18,7 +18,7 @@ pub enum Refusal {
         /// `first_retained - cursor - 1` events are gone.
         evicted: u64,
     },
-    /// The cursor is beyond what this session was ever sent (seed variant 3:
+    /// The cursor is beyond what this session was ever sent (the echoed-ID case:
     /// an echoed server ID).
     CursorAhead {
         /// The client's cursor.
