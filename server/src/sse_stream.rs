@@ -100,7 +100,8 @@ pub(crate) async fn open(
 
 /// Writes the replay, then live events, until the client goes away, a
 /// WebSocket supersedes this stream, the session ends, the ring laps it, or
-/// the server shuts down. Every event written counts toward `sent`.
+/// the server shuts down. Every event handed to the transport counts toward
+/// `sent`, from just before the hand-over.
 async fn stream(
     state: Arc<Shared>,
     entry: Arc<Entry>,
@@ -112,8 +113,12 @@ async fn stream(
     let session = &entry.session;
     let mut changed = entry.changed.subscribe();
     let mut shutdown = state.shutdown.clone();
+    // `sent` counts what is handed to the transport, recorded *before* the
+    // hand-over: once bytes are queued the client may receive them and
+    // resume or upgrade with their ID at once, and its true cursor must not
+    // be refused as ahead of what the server accounted for.
+    session.record_sent(replay_to);
     if tx.send(replay).await.is_ok() {
-        session.record_sent(replay_to);
         state
             .metrics
             .events_replayed
@@ -140,10 +145,10 @@ async fn stream(
                                 break;
                             }
                         };
+                        session.record_sent(last);
                         if tx.send(chunk).await.is_err() {
                             break;
                         }
-                        session.record_sent(last);
                         state.metrics.events_streamed.fetch_add(events.len() as u64, Ordering::Relaxed);
                         keepalive.reset();
                     }

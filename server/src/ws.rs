@@ -91,10 +91,12 @@ async fn stream(
     let ended = async {
         match ring.replay_range(grant.cursor, grant.replay_to) {
             Ok(events) => {
+                // Accounted before the hand-over, as on SSE: a client may act
+                // on a frame as soon as it is written.
+                session.record_sent(grant.replay_to);
                 for event in &events {
                     sink.send(frame(epoch, event)).await.ok()?;
                 }
-                session.record_sent(grant.replay_to);
                 state
                     .metrics
                     .events_replayed
@@ -129,11 +131,11 @@ async fn stream(
                 _ = shutdown.changed() => {}
                 next = std::future::poll_fn(|cx| follower.poll_next(cx)) => match next {
                     Ok(events) => {
-                        for event in &events {
-                            sink.send(frame(epoch, event)).await.ok()?;
-                        }
                         if let Some(last) = events.last() {
                             session.record_sent(last.seq);
+                        }
+                        for event in &events {
+                            sink.send(frame(epoch, event)).await.ok()?;
                         }
                         state.metrics.events_streamed.fetch_add(events.len() as u64, Ordering::Relaxed);
                     }
