@@ -55,12 +55,11 @@ pub(crate) async fn open(
         Ok(events) => events,
         Err(ReplayError::Gap(gap)) => {
             session.detach(&attachment);
-            return Err(refuse(Refusal::GapNotCovered {
-                cursor: gap.cursor,
-                first_retained: gap.first_retained,
-                published: gap.published,
-                evicted: gap.evicted,
-            }));
+            // Evicted between the cursor check and the copy: a gap report
+            // like any other, so `sent` accounts for it and the client may
+            // continue from `first_retained - 1`.
+            session.gap_reported(gap.first_retained);
+            return Err(refuse(Refusal::from(gap)));
         }
         Err(ReplayError::Ahead { .. }) => {
             session.detach(&attachment);
@@ -155,12 +154,7 @@ async fn stream(
                     Err(ReplayError::Gap(gap)) => {
                         state.metrics.lapped_readers.fetch_add(1, Ordering::Relaxed);
                         session.gap_reported(gap.first_retained);
-                        let body = refusal_body(&Refusal::GapNotCovered {
-                            cursor: gap.cursor,
-                            first_retained: gap.first_retained,
-                            published: gap.published,
-                            evicted: gap.evicted,
-                        });
+                        let body = refusal_body(&Refusal::from(gap));
                         let mut out = Vec::new();
                         if sse::encode_unnumbered(&mut out, "gap", body.to_string().as_bytes()).is_ok() {
                             let _ = tx.send(out.into()).await;

@@ -65,15 +65,6 @@ fn frame(epoch: u64, event: &Event) -> Message {
     Message::Text(format!("{{\"id\":\"{id}\",\"data\":{data}}}").into())
 }
 
-fn gap_refusal(gap: gapless::Gap) -> Refusal {
-    Refusal::GapNotCovered {
-        cursor: gap.cursor,
-        first_retained: gap.first_retained,
-        published: gap.published,
-        evicted: gap.evicted,
-    }
-}
-
 async fn stream(
     state: Arc<Shared>,
     entry: Arc<Entry>,
@@ -104,7 +95,7 @@ async fn stream(
             }
             Err(ReplayError::Gap(gap)) => {
                 session.gap_reported(gap.first_retained);
-                let _ = sink.send(close(GAP_CLOSE, &gap_refusal(gap))).await;
+                let _ = sink.send(close(GAP_CLOSE, &Refusal::from(gap))).await;
                 return None;
             }
             Err(ReplayError::Ahead { .. }) => return None,
@@ -142,7 +133,7 @@ async fn stream(
                     Err(ReplayError::Gap(gap)) => {
                         state.metrics.lapped_readers.fetch_add(1, Ordering::Relaxed);
                         session.gap_reported(gap.first_retained);
-                        let _ = sink.send(close(GAP_CLOSE, &gap_refusal(gap))).await;
+                        let _ = sink.send(close(GAP_CLOSE, &Refusal::from(gap))).await;
                         return None;
                     }
                     Err(ReplayError::Ahead { .. }) => return None,

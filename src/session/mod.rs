@@ -259,7 +259,7 @@ impl Session {
                 replay_from: first,
                 replay_to: last,
             }),
-            Coverage::Gap(gap) => Err(Refusal::gap(seq, gap)),
+            Coverage::Gap(gap) => Err(Refusal::from(gap)),
             // `seq <= sent <= published`: unreachable, refused all the same.
             Coverage::Ahead { published, .. } => Err(Refusal::CursorAhead {
                 cursor: seq,

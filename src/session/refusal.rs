@@ -71,11 +71,14 @@ impl Refusal {
             Self::NotDrained { .. } => "not_drained",
         }
     }
+}
 
-    /// The refusal of `cursor` for the ring's `gap`.
-    pub(super) fn gap(cursor: u64, gap: crate::Gap) -> Self {
+impl From<crate::Gap> for Refusal {
+    /// The `gap_not_covered` refusal that reports `gap`: the one place a
+    /// ring's gap becomes the protocol's figures.
+    fn from(gap: crate::Gap) -> Self {
         Self::GapNotCovered {
-            cursor,
+            cursor: gap.cursor,
             first_retained: gap.first_retained,
             published: gap.published,
             evicted: gap.evicted,
@@ -126,3 +129,29 @@ impl fmt::Display for Refusal {
 }
 
 impl std::error::Error for Refusal {}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gap_becomes_gap_not_covered_with_the_same_figures() {
+        let ring = crate::Ring::new(crate::Config::default().events(2).bytes(64));
+        for _ in 0..5 {
+            ring.emit(b"x").unwrap();
+        }
+        let crate::Coverage::Gap(gap) = ring.coverage(1) else {
+            panic!("cursor 1 of 5 on a 2-event ring is not covered");
+        };
+        assert_eq!(
+            Refusal::from(gap),
+            Refusal::GapNotCovered {
+                cursor: 1,
+                first_retained: 4,
+                published: 5,
+                evicted: 2,
+            }
+        );
+        assert_eq!(Refusal::from(gap).code(), "gap_not_covered");
+    }
+}
