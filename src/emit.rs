@@ -30,8 +30,7 @@ use crate::arena::words_for;
 use crate::claim::{increment, Claimed};
 use crate::config::{Config, ConfigError};
 use crate::error::EmitError;
-use crate::ring::{Ring, Shared};
-use crate::slots::Location;
+use crate::ring::{Opened, Ring, Shared};
 use crate::sync::{fence, seq_cst_access_fence, spin_hint, Ordering};
 
 /// The most events one [`Ring::emit_batch`] takes (and at most the ring's
@@ -95,31 +94,18 @@ impl Ring<Shared> {
     }
 
     fn emit_inner(&self, payload: &[u8], hook: impl FnOnce(u64)) -> Result<u64, EmitError> {
-        let max = self.max_payload();
-        if payload.len() > max {
-            return Err(EmitError::TooLarge {
-                len: payload.len(),
-                max,
-            });
-        }
+        self.check_fits(payload.len())?;
         // From here to `publish` nothing can fail or panic: wrapping
         // arithmetic, masked indexes, poison-tolerant waits, no allocation.
         let words = words_for(payload.len());
-        let claimed = self.claim(1, words);
+        let (claimed, seen) = self.claim(1, words);
         let seq = claimed.seqs.wrapping_add(1);
         hook(seq);
-        self.wait_for_room(seq, claimed.words.wrapping_add(words));
+        self.wait_for_room(seq, claimed.words.wrapping_add(words), seen);
         // The claim (and the wait's reads) before any store that could
         // overwrite a record: readers that see such a store see the claim.
         fence(Ordering::Release);
-        self.arena.write(claimed.words, payload);
-        self.slots.set_location(
-            seq,
-            Location {
-                pos: claimed.words,
-                len: payload.len() as u64,
-            },
-        );
+        self.write_record(seq, claimed.words, payload);
         self.slots.commit(seq);
         self.publish(seq, seq);
         Ok(seq)
@@ -137,13 +123,7 @@ impl Ring<Shared> {
         &self,
         payloads: &[&[u8]],
     ) -> Result<Option<std::ops::RangeInclusive<u64>>, EmitError> {
-        let max = self.max_payload();
-        if let Some(payload) = payloads.iter().find(|p| p.len() > max) {
-            return Err(EmitError::TooLarge {
-                len: payload.len(),
-                max,
-            });
-        }
+        payloads.iter().try_for_each(|p| self.check_fits(p.len()))?;
         let count = payloads.len();
         if count == 0 {
             return Ok(None);
@@ -155,24 +135,17 @@ impl Ring<Shared> {
                 events: count,
                 bytes: words.saturating_mul(8),
                 max_events,
-                max_bytes: max as u64,
+                max_bytes: self.max_payload() as u64,
             });
         }
-        let claimed = self.claim(count as u64, words);
+        let (claimed, seen) = self.claim(count as u64, words);
         let first = claimed.seqs.wrapping_add(1);
         let last = claimed.seqs.wrapping_add(count as u64);
-        self.wait_for_room(last, claimed.words.wrapping_add(words));
+        self.wait_for_room(last, claimed.words.wrapping_add(words), seen);
         fence(Ordering::Release);
         let mut pos = claimed.words;
         for (seq, payload) in (first..).zip(payloads) {
-            self.arena.write(pos, payload);
-            self.slots.set_location(
-                seq,
-                Location {
-                    pos,
-                    len: payload.len() as u64,
-                },
-            );
+            self.write_record(seq, pos, payload);
             pos = pos.wrapping_add(words_for(payload.len()));
         }
         for seq in first..=last {
@@ -183,8 +156,10 @@ impl Ring<Shared> {
     }
 
     /// Claims `seqs` seqs and `words` words; returns the claim before ours,
-    /// decoded: our first seq is `seqs + 1`, our first word `words`.
-    fn claim(&self, seqs: u64, words: u64) -> Claimed {
+    /// decoded (our first seq is `seqs + 1`, our first word `words`), and
+    /// the watermark and floor it was decoded against, which the wrap check
+    /// reuses.
+    fn claim(&self, seqs: u64, words: u64) -> (Claimed, Opened) {
         // `AcqRel`: synchronises with every earlier claim, so each earlier
         // claimer's previous wrap check happens before the reference reads
         // below and the decode's lag bound holds.
@@ -196,18 +171,20 @@ impl Ring<Shared> {
         // records before ours.
         let published = self.published.load(Ordering::Acquire);
         let floor = self.published_end_floor.load(Ordering::Acquire);
-        Claimed::decode(word, published, floor)
+        let claimed = Claimed::decode(word, published, floor);
+        (claimed, Opened { published, floor })
     }
 
     /// Returns once seqs up to `last` and words up to `end` may be written:
     /// the watermark is at least `last - window` and the published records
-    /// end at least at `end - window_words`.
-    fn wait_for_room(&self, last: u64, end: u64) {
+    /// end at least at `end - window_words`. `seen` (read after the claim)
+    /// answers the common case without another load.
+    fn wait_for_room(&self, last: u64, end: u64, seen: Opened) {
         let window = self.geometry.window() as u64;
         let window_words = self.geometry.window_words() as u64;
-        let published = self.published.load(Ordering::Acquire);
-        let floor = self.published_end_floor.load(Ordering::Acquire);
-        if published.wrapping_add(window) >= last && floor.wrapping_add(window_words) >= end {
+        if seen.published.wrapping_add(window) >= last
+            && seen.floor.wrapping_add(window_words) >= end
+        {
             return;
         }
         if self.has_room(last, end) {

@@ -5,8 +5,9 @@
 use crate::arena::Arena;
 use crate::claim::Claimed;
 use crate::config::{Config, ConfigError, Geometry};
+use crate::error::EmitError;
 use crate::notify::Notifier;
-use crate::slots::Slots;
+use crate::slots::{Location, Slots};
 use crate::sync::{fence, AtomicU64, Ordering};
 use crossbeam_utils::CachePadded;
 use std::marker::PhantomData;
@@ -179,6 +180,30 @@ impl<M: EmitMode> Ring<M> {
             wrap_wait_nanos: self.waits.nanos.load(Ordering::Relaxed),
             waiting_emitters: self.waits.waiting.load(Ordering::Relaxed),
         }
+    }
+
+    /// Refuses a payload larger than the ring can hold.
+    pub(crate) fn check_fits(&self, len: usize) -> Result<(), EmitError> {
+        let max = self.max_payload();
+        if len > max {
+            return Err(EmitError::TooLarge { len, max });
+        }
+        Ok(())
+    }
+
+    /// Stores `seq`'s payload at word `pos` and records its location (not
+    /// its stamp). The caller emits `seq`, has claimed it and passed its
+    /// wrap check, and has issued `fence(Release)` since.
+    #[inline]
+    pub(crate) fn write_record(&self, seq: u64, pos: u64, payload: &[u8]) {
+        self.arena.write(pos, payload);
+        self.slots.set_location(
+            seq,
+            Location {
+                pos,
+                len: payload.len() as u64,
+            },
+        );
     }
 
     pub(crate) fn notifier(&self) -> &Notifier {

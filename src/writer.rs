@@ -5,7 +5,6 @@ use crate::claim::Claimed;
 use crate::config::{Config, ConfigError};
 use crate::error::EmitError;
 use crate::ring::{Ring, SingleWriter};
-use crate::slots::Location;
 use crate::sync::{fence, Ordering};
 use std::sync::Arc;
 
@@ -83,13 +82,7 @@ impl Writer {
     /// [`max_payload`](Ring::max_payload); no seq is consumed.
     pub fn emit(&mut self, payload: &[u8]) -> Result<u64, EmitError> {
         let ring = &*self.ring;
-        let max = ring.max_payload();
-        if payload.len() > max {
-            return Err(EmitError::TooLarge {
-                len: payload.len(),
-                max,
-            });
-        }
+        ring.check_fits(payload.len())?;
         let pos = self.claimed.words;
         let seq = self.claimed.seqs + 1;
         let end = pos + words_for(payload.len());
@@ -113,14 +106,7 @@ impl Writer {
         // The claim and floor before any store that could overwrite a
         // record.
         fence(Ordering::Release);
-        ring.arena.write(pos, payload);
-        ring.slots.set_location(
-            seq,
-            Location {
-                pos,
-                len: payload.len() as u64,
-            },
-        );
+        ring.write_record(seq, pos, payload);
         ring.published.store(seq, Ordering::Release);
         // Store-buffering with a follower registering: see `notify`.
         fence(Ordering::SeqCst);
