@@ -1,0 +1,20 @@
+//! The reference server against `docs/PROTOCOL.md`, over real HTTP on loopback.
+//!
+//! Written from the protocol page, not from the server's code: each test
+//! names the row it checks. Every network wait is bounded (the client's own
+//! timeout, plus a deadline around each whole test), and state changes are
+//! awaited by polling with a deadline, never by sleeping.
+//!
+//! One module per section of the page; the shared harness is in `support`,
+//! and `prometheus` parses `GET /metrics` for the tests that read it.
+
+mod bad_input;
+mod delivery;
+mod metrics;
+mod migrating_client;
+mod migration_cases;
+mod prometheus;
+mod refusals;
+mod resources;
+mod running;
+mod support;

@@ -1,0 +1,278 @@
+//! The harness every section shares: one server per test, every wait
+//! bounded, typed and raw requests, and `GET /metrics` scraped raw.
+
+use crate::prometheus::Metrics;
+use gapless::EventId;
+use gapless_server::client::{
+    Client, ClientError, Created, Incoming, Refusal, SseStream, StateView, WsStream,
+};
+use gapless_server::{spawn, RunningServer, ServerConfig};
+use reqwest::header::CONTENT_TYPE;
+use serde_json::Value;
+use std::fmt::Debug;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+/// Every single network wait.
+pub const IO: Duration = Duration::from_secs(10);
+/// A whole test.
+const TEST: Duration = Duration::from_secs(120);
+
+pub async fn bounded<F: Future>(name: &str, test: F) -> F::Output {
+    tokio::time::timeout(TEST, test)
+        .await
+        .unwrap_or_else(|_| panic!("{name}: exceeded {TEST:?}"))
+}
+
+pub async fn start(config: ServerConfig) -> (RunningServer, Client) {
+    let addr = "127.0.0.1:0".parse().expect("a socket address");
+    let server = tokio::time::timeout(IO, spawn(config, addr))
+        .await
+        .expect("spawn timed out")
+        .expect("bind 127.0.0.1:0");
+    let client = Client::new(server.url())
+        .expect("an HTTP client")
+        .with_timeout(IO);
+    (server, client)
+}
+
+pub async fn stop(server: RunningServer) {
+    tokio::time::timeout(IO, server.shutdown())
+        .await
+        .expect("shutdown did not finish: open streams were not closed");
+}
+
+pub fn small_ring(events: usize) -> ServerConfig {
+    ServerConfig {
+        ring_events: events,
+        ..ServerConfig::default()
+    }
+}
+
+pub fn id(epoch: u64, seq: u64) -> EventId {
+    EventId { epoch, seq }
+}
+
+/// A compact JSON payload that names its session and seq, with text that
+/// looks like SSE fields. (Keys in sorted order: byte identity of arbitrary
+/// compact JSON has its own test, so a re-serialising server fails there,
+/// not everywhere.)
+pub fn payload(tag: usize, n: u64) -> String {
+    format!(r#"{{"n":{n},"s":{tag},"t":"id: {n}\n\ndata: x\r\nretry: 1"}}"#)
+}
+
+pub async fn create(client: &Client) -> Created {
+    client.create_session().await.expect("POST /session")
+}
+
+pub async fn emit_range(
+    client: &Client,
+    created: &Created,
+    tag: usize,
+    seqs: std::ops::RangeInclusive<u64>,
+) {
+    for n in seqs {
+        let got = client
+            .emit_raw(&created.session, payload(tag, n))
+            .await
+            .unwrap_or_else(|e| panic!("emit {n}: {e}"));
+        assert_eq!(
+            got,
+            id(created.epoch, n),
+            "POST events must answer the next ID"
+        );
+    }
+}
+
+#[track_caller]
+pub fn refusal<T: Debug>(result: Result<T, ClientError>, what: &str) -> Refusal {
+    match result {
+        Err(ClientError::Refused(refusal)) => refusal,
+        other => panic!("{what}: expected a 409 refusal, got {other:?}"),
+    }
+}
+
+/// The next SSE item within `IO` (keep-alive comments do not extend it).
+pub async fn try_next_item(stream: &mut SseStream) -> Option<Result<Incoming, ClientError>> {
+    tokio::time::timeout(IO, stream.next_item()).await.ok()
+}
+
+pub async fn next_item(stream: &mut SseStream, what: &str) -> Incoming {
+    try_next_item(stream)
+        .await
+        .unwrap_or_else(|| panic!("{what}: nothing within {IO:?}"))
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+pub async fn try_next_frame(socket: &mut WsStream) -> Option<Result<Incoming, ClientError>> {
+    tokio::time::timeout(IO, socket.next_item()).await.ok()
+}
+
+pub async fn next_frame(socket: &mut WsStream, what: &str) -> Incoming {
+    try_next_frame(socket)
+        .await
+        .unwrap_or_else(|| panic!("{what}: nothing within {IO:?}"))
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+/// Reads exactly the events `seqs` from SSE, checking IDs and payloads.
+pub async fn expect_sse(
+    stream: &mut SseStream,
+    created: &Created,
+    tag: usize,
+    seqs: std::ops::RangeInclusive<u64>,
+) {
+    for n in seqs {
+        match next_item(stream, "SSE").await {
+            Incoming::Event(event) => {
+                assert_eq!(event.id, id(created.epoch, n), "SSE: expected event {n}");
+                assert_eq!(event.data, payload(tag, n), "SSE payload of {n}");
+            }
+            other => panic!("SSE: expected event {n}, got {other:?}"),
+        }
+    }
+}
+
+/// Reads exactly the events `seqs` from a WebSocket.
+pub async fn expect_ws(
+    socket: &mut WsStream,
+    created: &Created,
+    tag: usize,
+    seqs: std::ops::RangeInclusive<u64>,
+) {
+    for n in seqs {
+        match next_frame(socket, "WebSocket").await {
+            Incoming::Event(event) => {
+                assert_eq!(
+                    event.id,
+                    id(created.epoch, n),
+                    "WebSocket: expected frame {n}"
+                );
+                assert_eq!(event.data, payload(tag, n), "WebSocket payload of {n}");
+            }
+            other => panic!("WebSocket: expected frame {n}, got {other:?}"),
+        }
+    }
+}
+
+/// Polls `GET /session/{id}` until `done`, with a deadline.
+pub async fn wait_state(
+    client: &Client,
+    session: &str,
+    what: &str,
+    done: impl Fn(&StateView) -> bool,
+) -> StateView {
+    let deadline = Instant::now() + IO;
+    let mut interval = tokio::time::interval(Duration::from_millis(5));
+    loop {
+        interval.tick().await;
+        let state = client
+            .state(session)
+            .await
+            .unwrap_or_else(|e| panic!("GET state while waiting for {what}: {e}"));
+        assert!(
+            state.acked <= state.sent && state.sent <= state.published,
+            "invariant acked <= sent <= published broken: {state:?}"
+        );
+        if done(&state) {
+            return state;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "waited {IO:?} for {what}; last state {state:?}"
+        );
+    }
+}
+
+/// A raw answer, for requests the typed helpers would not make.
+pub struct Answer {
+    pub status: u16,
+    pub content_type: String,
+    pub body: Vec<u8>,
+}
+
+impl Answer {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+    pub fn typed(&self) -> ClientError {
+        ClientError::from_parts(self.status, &self.body)
+    }
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("body is not JSON ({e}): {}", self.text()))
+    }
+}
+
+pub async fn answer(client: &Client, request: reqwest::RequestBuilder, what: &str) -> Answer {
+    let response = client
+        .send(request)
+        .await
+        .unwrap_or_else(|e| panic!("{what}: no answer: {e}"));
+    let status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let body = tokio::time::timeout(IO, response.bytes())
+        .await
+        .unwrap_or_else(|_| panic!("{what}: body timed out"))
+        .unwrap_or_else(|e| panic!("{what}: body: {e}"))
+        .to_vec();
+    Answer {
+        status,
+        content_type,
+        body,
+    }
+}
+
+pub fn post_json(
+    client: &Client,
+    path: &str,
+    body: impl Into<reqwest::Body>,
+) -> reqwest::RequestBuilder {
+    client
+        .http()
+        .post(client.url(path))
+        .header(CONTENT_TYPE, "application/json")
+        .body(body)
+}
+
+/// Checks an error answer's JSON shape: `application/json` with an `error`.
+#[track_caller]
+pub fn assert_json_error(answer: &Answer, code: &str, what: &str) {
+    assert!(
+        answer.content_type.starts_with("application/json"),
+        "{what}: error body must be application/json, got {:?}: {}",
+        answer.content_type,
+        answer.text()
+    );
+    let body = answer.json();
+    assert_eq!(
+        body.get("error").and_then(Value::as_str),
+        Some(code),
+        "{what}: body {body}"
+    );
+}
+
+/// `GET /metrics` as served, raw: 200, Prometheus text (`text/plain`,
+/// UTF-8), parsed with the tests' own parser.
+pub async fn scrape(client: &Client) -> Metrics {
+    let raw = answer(
+        client,
+        client.http().get(client.url("/metrics")),
+        "GET /metrics",
+    )
+    .await;
+    assert_eq!(raw.status, 200, "GET /metrics: {}", raw.text());
+    assert!(
+        raw.content_type.starts_with("text/plain"),
+        "GET /metrics: content type {:?}",
+        raw.content_type
+    );
+    let text =
+        std::str::from_utf8(&raw.body).unwrap_or_else(|e| panic!("GET /metrics is not UTF-8: {e}"));
+    Metrics::parse(text).unwrap_or_else(|e| panic!("GET /metrics: {e}"))
+}
