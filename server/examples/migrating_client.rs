@@ -13,7 +13,7 @@
 //! ever send is `follower.cursor()`, the last event you *processed* — never
 //! an ID you saw in an emit answer or a header (the echoed-ID case).
 
-use gapless_server::client::{Client, ClientError, MigratingClient, Next};
+use gapless_client::{Client, ClientError, MigratingClient, Next};
 use gapless_server::{spawn, ServerConfig};
 use serde_json::json;
 use std::error::Error;

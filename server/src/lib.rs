@@ -3,7 +3,7 @@
 //! The reference HTTP server for gapless: sessions over SSE with
 //! `Last-Event-ID` resume, a cursor-in-body upgrade to WebSocket that
 //! replays the gap first or refuses with `409`, and `/metrics`. The protocol
-//! is `docs/PROTOCOL.md` in the repository; this crate follows it to the letter.
+//! is `docs/PROTOCOL.md` in the repository.
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
@@ -13,56 +13,47 @@
 //! server.shutdown().await;
 //! # Ok(()) }
 //! ```
+//!
+//! ## Layers
+//!
+//! Each module depends only on those above it:
+//!
+//! | module | holds |
+//! |---|---|
+//! | `config` | [`ServerConfig`] |
+//! | `state` | [`AppState`]: sessions, metrics, the shutdown signal |
+//! | `error` | every error answer, rendered to its `gapless_client::wire` body |
+//! | `extract` | the session in the path, bodies within the limit, cursors |
+//! | `delivery` | the one replay → follow → gap → detach loop, and its SSE and WebSocket transports |
+//! | `handlers` | one handler per route |
+//! | `routes` | [`router`] |
+//!
+//! The wire bodies are `gapless_client::wire` types, so this server and the
+//! client crate serialise and parse the same definitions.
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
-mod app;
-pub mod churn;
-pub mod client;
+mod config;
+mod delivery;
 mod error;
+mod extract;
+mod handlers;
 mod ids;
 mod json;
 mod metrics;
-pub mod plan;
-mod sse_stream;
-mod ws;
+mod routes;
+mod state;
 
-pub use app::router;
+pub use config::ServerConfig;
 pub use ids::SessionId;
+pub use routes::router;
+pub use state::AppState;
 
 use std::net::SocketAddr;
-use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-
-/// How the server sizes sessions and treats requests.
-#[derive(Clone, Debug)]
-pub struct ServerConfig {
-    /// Events retained per session ring (default 4096).
-    pub ring_events: usize,
-    /// Payload bytes retained per session ring (default 4 MiB).
-    pub ring_bytes: usize,
-    /// Strict mode: an upgrade's cursor must equal the session's acked cursor.
-    pub strict: bool,
-    /// Largest request body accepted (default 1 MiB).
-    pub max_body: usize,
-    /// How long an upgrade ticket stays valid (default 30 s).
-    pub ticket_ttl: Duration,
-}
-
-impl Default for ServerConfig {
-    fn default() -> Self {
-        Self {
-            ring_events: 4096,
-            ring_bytes: 4 << 20,
-            strict: false,
-            max_body: 1 << 20,
-            ticket_ttl: gapless::session::TICKET_TTL,
-        }
-    }
-}
 
 /// A server running on a tokio runtime.
 pub struct RunningServer {
@@ -120,7 +111,7 @@ pub async fn serve(
     config: ServerConfig,
     shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
-    let state = app::AppState::new(config, shutdown.clone());
+    let state = AppState::new(config, shutdown.clone());
     let mut stop = shutdown;
     // Events are small writes that must leave at once: no Nagle delay.
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {

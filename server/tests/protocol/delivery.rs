@@ -6,9 +6,7 @@ use crate::support::{
     start, stop, try_next_frame, try_next_item, wait_state, IO,
 };
 use gapless::session::Transport;
-use gapless_server::client::{
-    Client, ClientError, Created, Delivered, Incoming, Refusal, StateView,
-};
+use gapless_client::{Client, ClientError, Created, Delivered, Incoming, Refusal, StateView};
 use gapless_server::ServerConfig;
 use serde_json::Value;
 

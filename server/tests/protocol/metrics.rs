@@ -12,12 +12,7 @@ use crate::support::{
 async fn metrics_are_prometheus_text_with_the_protocols_figures() {
     bounded("metrics", async {
         let (server, client) = start(small_ring(4)).await;
-        let raw = answer(
-            &client,
-            client.http().get(client.url("/metrics")),
-            "metrics",
-        )
-        .await;
+        let raw = answer(&client, client.get("/metrics"), "metrics").await;
         assert_eq!(raw.status, 200);
         assert!(
             raw.content_type.starts_with("text/plain"),

@@ -5,7 +5,7 @@
 use crate::support::{
     bounded, create, emit_range, id, payload, scrape, small_ring, start, stop, wait_state, IO,
 };
-use gapless_server::client::{ClientError, MigratingClient, Next, Refusal};
+use gapless_client::{ClientError, MigratingClient, Next, Refusal};
 use gapless_server::ServerConfig;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

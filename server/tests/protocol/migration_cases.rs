@@ -8,7 +8,7 @@ use crate::support::{
     post_json, refusal, small_ring, start, stop, wait_state,
 };
 use gapless::session::Transport;
-use gapless_server::client::{MigratingClient, Refusal};
+use gapless_client::{MigratingClient, Refusal};
 use gapless_server::ServerConfig;
 
 /// The mid-stream migration case: the client processed 1..=10, reconnects with
@@ -98,8 +98,7 @@ async fn an_evicted_gap_is_refused_with_its_figures() {
         let raw = answer(
             &client,
             client
-                .http()
-                .get(client.url(&format!("/session/{}/events", a.session)))
+                .get(&format!("/session/{}/events", a.session))
                 .header("Last-Event-ID", id(a.epoch, 2).to_string()),
             "SSE 409",
         )

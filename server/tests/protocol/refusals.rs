@@ -5,7 +5,7 @@ use crate::support::{
     answer, assert_json_error, bounded, create, emit_range, expect_sse, expect_ws, id, post_json,
     refusal, start, stop,
 };
-use gapless_server::client::Refusal;
+use gapless_client::Refusal;
 use gapless_server::ServerConfig;
 use serde_json::Value;
 use std::time::Duration;
@@ -26,6 +26,7 @@ async fn foreign_epoch_is_refused_with_cursor_and_epoch() {
         assert_ne!(other.epoch, a.epoch, "two sessions share an epoch");
         let expected = Refusal::ForeignEpoch {
             cursor: 2,
+            cursor_epoch: other.epoch,
             epoch: a.epoch,
         };
         assert_eq!(
@@ -213,8 +214,7 @@ async fn bad_tickets_are_refused_on_the_handshake() {
         let raw = answer(
             &client,
             client
-                .http()
-                .get(client.url(&grant.ws))
+                .get(&grant.ws)
                 .header("Connection", "Upgrade")
                 .header("Upgrade", "websocket")
                 .header("Sec-WebSocket-Version", "13")

@@ -6,7 +6,8 @@ use crate::support::{
     start, stop, wait_state, IO,
 };
 use gapless::session::{GapDetector, Transport};
-use gapless_server::client::{is_session_id, parse_epoch, Created, Incoming, Refusal};
+use gapless_client::wire::{is_session_id, parse_epoch};
+use gapless_client::{Created, Incoming, Refusal};
 use gapless_server::ServerConfig;
 use serde_json::Value;
 
@@ -17,12 +18,7 @@ use serde_json::Value;
 async fn resources_answer_in_the_protocols_wire_forms() {
     bounded("wire forms", async {
         let (server, client) = start(ServerConfig::default()).await;
-        let raw = answer(
-            &client,
-            client.http().post(client.url("/session")),
-            "POST /session",
-        )
-        .await;
+        let raw = answer(&client, client.post("/session"), "POST /session").await;
         assert_eq!(raw.status, 201, "POST /session: {}", raw.text());
         assert!(
             raw.content_type.starts_with("application/json"),
@@ -57,14 +53,7 @@ async fn resources_answer_in_the_protocols_wire_forms() {
         };
         emit_range(&client, &created, 0, 2..=3).await;
 
-        let raw = answer(
-            &client,
-            client
-                .http()
-                .get(client.url(&format!("/session/{session}"))),
-            "state",
-        )
-        .await;
+        let raw = answer(&client, client.get(&format!("/session/{session}")), "state").await;
         assert_eq!(raw.status, 200);
         let body = raw.json();
         for field in ["acked", "sent", "published", "first_retained"] {
@@ -115,15 +104,11 @@ async fn sse_without_last_event_id_starts_at_the_first_event() {
         // The raw framing: `id: EVENT_ID`, the compact JSON as `data:`, a
         // blank line (line ends normalised, comment lines allowed between).
         let response = client
-            .send(
-                client
-                    .http()
-                    .get(client.url(&format!("/session/{}/events", a.session))),
-            )
+            .send(client.get(&format!("/session/{}/events", a.session)))
             .await
             .expect("raw SSE");
         assert_eq!(response.status().as_u16(), 200);
-        let mut body = response.bytes_stream();
+        let mut body = axum::body::Body::new(response.into_body()).into_data_stream();
         let (mut raw, mut text) = (String::new(), String::new());
         let want: Vec<String> = (1..=6)
             .map(|n| format!("id: {}\ndata: {}\n\n", id(a.epoch, n), payload(7, n)))

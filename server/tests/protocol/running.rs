@@ -5,7 +5,7 @@ use crate::support::{
     bounded, create, emit_range, expect_sse, expect_ws, id, next_frame, next_item, refusal, start,
     stop, IO,
 };
-use gapless_server::client::{Client, Closed, Incoming, Refusal};
+use gapless_client::{Client, Closed, Incoming, Refusal};
 use gapless_server::ServerConfig;
 use std::time::{Duration, Instant};
 

@@ -3,11 +3,10 @@
 
 use crate::prometheus::Metrics;
 use gapless::EventId;
-use gapless_server::client::{
-    Client, ClientError, Created, Incoming, Refusal, SseStream, StateView, WsStream,
+use gapless_client::{
+    Client, ClientError, Created, Incoming, Refusal, Request, SseStream, StateView, WsStream,
 };
 use gapless_server::{spawn, RunningServer, ServerConfig};
-use reqwest::header::CONTENT_TYPE;
 use serde_json::Value;
 use std::fmt::Debug;
 use std::future::Future;
@@ -204,7 +203,7 @@ impl Answer {
     }
 }
 
-pub async fn answer(client: &Client, request: reqwest::RequestBuilder, what: &str) -> Answer {
+pub async fn answer(client: &Client, request: Request, what: &str) -> Answer {
     let response = client
         .send(request)
         .await
@@ -212,13 +211,13 @@ pub async fn answer(client: &Client, request: reqwest::RequestBuilder, what: &st
     let status = response.status().as_u16();
     let content_type = response
         .headers()
-        .get(CONTENT_TYPE)
+        .get("content-type")
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_owned();
-    let body = tokio::time::timeout(IO, response.bytes())
+    let body = client
+        .read_body(response)
         .await
-        .unwrap_or_else(|_| panic!("{what}: body timed out"))
         .unwrap_or_else(|e| panic!("{what}: body: {e}"))
         .to_vec();
     Answer {
@@ -228,16 +227,21 @@ pub async fn answer(client: &Client, request: reqwest::RequestBuilder, what: &st
     }
 }
 
-pub fn post_json(
-    client: &Client,
-    path: &str,
-    body: impl Into<reqwest::Body>,
-) -> reqwest::RequestBuilder {
-    client
-        .http()
-        .post(client.url(path))
-        .header(CONTENT_TYPE, "application/json")
-        .body(body)
+pub fn post_json(client: &Client, path: &str, body: impl Into<bytes::Bytes>) -> Request {
+    client.post(path).json_body(body)
+}
+
+/// `text` percent-encoded for a query value: every byte but the unreserved
+/// ones (RFC 3986 §2.3) as `%XX`.
+pub fn query_escape(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                char::from(b).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// Checks an error answer's JSON shape: `application/json` with an `error`.
@@ -260,12 +264,7 @@ pub fn assert_json_error(answer: &Answer, code: &str, what: &str) {
 /// `GET /metrics` as served, raw: 200, Prometheus text (`text/plain`,
 /// UTF-8), parsed with the tests' own parser.
 pub async fn scrape(client: &Client) -> Metrics {
-    let raw = answer(
-        client,
-        client.http().get(client.url("/metrics")),
-        "GET /metrics",
-    )
-    .await;
+    let raw = answer(client, client.get("/metrics"), "GET /metrics").await;
     assert_eq!(raw.status, 200, "GET /metrics: {}", raw.text());
     assert!(
         raw.content_type.starts_with("text/plain"),

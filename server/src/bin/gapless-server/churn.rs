@@ -4,8 +4,8 @@
 //! checks every event with a [`GapDetector`](gapless::session::GapDetector);
 //! the run fails if any client saw a silent gap.
 
-use crate::client::{Client, ClientError, MigratingClient, Next, Refusal};
-use crate::{spawn, ServerConfig};
+use gapless_client::{Client, ClientError, MigratingClient, Next, Refusal};
+use gapless_server::{spawn, ServerConfig};
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write as _};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -376,7 +376,7 @@ async fn after_refusal(
 
 async fn churn_client(
     lane: Lane,
-    created: crate::client::Created,
+    created: gapless_client::Created,
     deadline: Instant,
 ) -> Result<(), ClientError> {
     let Lane {

@@ -1,5 +1,9 @@
-//! `gapless-server`: the reference server (and, later, its churn run and
-//! capacity planner).
+//! `gapless-server`: the reference server (`serve`), the churn run that
+//! drives it with migrating clients (`churn`, the main job), and the
+//! capacity planner (`plan`).
+
+mod churn;
+mod plan;
 
 use clap::{Parser, Subcommand};
 use gapless_server::{serve, ServerConfig};
@@ -137,7 +141,7 @@ fn main() -> ExitCode {
                 eprintln!("error: --duration must be >= 0 and --rate > 0");
                 return ExitCode::from(2);
             }
-            let config = gapless_server::churn::ChurnConfig {
+            let config = churn::ChurnConfig {
                 sessions,
                 duration: std::time::Duration::from_secs_f64(duration),
                 rate,
@@ -145,7 +149,7 @@ fn main() -> ExitCode {
                 ring_bytes,
                 payload,
             };
-            match runtime.block_on(gapless_server::churn::run(config)) {
+            match runtime.block_on(churn::run(config)) {
                 Ok(report) => {
                     println!("{report}");
                     if report.passed() {
@@ -166,7 +170,7 @@ fn main() -> ExitCode {
             outage,
             payload,
             sessions,
-        } => plan(gapless_server::plan::Workload {
+        } => plan(plan::Workload {
             rate,
             outage,
             payload,
@@ -175,8 +179,8 @@ fn main() -> ExitCode {
     }
 }
 
-fn plan(workload: gapless_server::plan::Workload) -> ExitCode {
-    use gapless_server::plan::{human_bytes, probe, size};
+fn plan(workload: plan::Workload) -> ExitCode {
+    use plan::{human_bytes, probe, size};
     let sizing = match size(&workload) {
         Ok(sizing) => sizing,
         Err(error) => {

@@ -1,0 +1,84 @@
+//! `POST /session/{id}/events` (emit) and `GET /session/{id}/events` (the
+//! SSE stream: the replay after the client's cursor, then live events, with
+//! no hole and no duplicate — or a `409` before any byte).
+
+use crate::delivery::{self, copy_replay, Attached, NotReplayed};
+use crate::error::ApiError;
+use crate::extract::{sse_cursor, Body, SessionEntry};
+use crate::metrics::Stage;
+use crate::state::AppState;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use axum::Json;
+use gapless::session::Refusal;
+use gapless::{EmitError, EventId};
+use gapless_client::wire::Emitted;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+pub(crate) async fn emit(
+    State(AppState(state)): State<AppState>,
+    SessionEntry { entry, .. }: SessionEntry,
+    Body(bytes): Body,
+) -> Result<(StatusCode, Json<Emitted>), ApiError> {
+    // JSON text is UTF-8 (RFC 8259); `IgnoredAny` skips strings unchecked.
+    let text = std::str::from_utf8(&bytes)
+        .map_err(|e| ApiError::BadRequest(format!("body must be UTF-8 JSON: {e}")))?;
+    serde_json::from_str::<serde::de::IgnoredAny>(text)
+        .map_err(|e| ApiError::BadRequest(format!("body must be a JSON value: {e}")))?;
+    // Stored compact but otherwise as sent (key order, number spelling and
+    // escapes untouched): one SSE data line, the same bytes on every transport.
+    let compact = crate::json::minify(&bytes);
+    match entry.session.ring().emit(&compact) {
+        Ok(seq) => {
+            state.metrics.events_emitted.fetch_add(1, Ordering::Relaxed);
+            let id = EventId {
+                epoch: entry.session.epoch(),
+                seq,
+            };
+            Ok((StatusCode::ACCEPTED, Json(Emitted { id })))
+        }
+        Err(EmitError::TooLarge { len, max }) => Err(ApiError::PayloadTooLarge { len, max }),
+        // Only `emit_batch` refuses a batch; a single emit fails only for size.
+        Err(EmitError::BatchTooLarge {
+            bytes, max_bytes, ..
+        }) => Err(ApiError::PayloadTooLarge {
+            len: usize::try_from(bytes).unwrap_or(usize::MAX),
+            max: usize::try_from(max_bytes).unwrap_or(usize::MAX),
+        }),
+    }
+}
+
+pub(crate) async fn open_sse(
+    State(AppState(state)): State<AppState>,
+    SessionEntry { entry, .. }: SessionEntry,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let cursor = sse_cursor(&entry.session, &headers, &query)?;
+    let (grant, attachment) = entry
+        .session
+        .resume_sse(cursor)
+        .map_err(|refusal: Refusal| {
+            state.metrics.refused(Stage::SseResume, &refusal);
+            ApiError::Refused(refusal)
+        })?;
+    let attached = Attached::new(Arc::clone(&entry), attachment);
+    // Copied now, so a gap is still a 409 rather than a broken stream.
+    let replay = copy_replay(
+        &state,
+        &attached,
+        grant.cursor,
+        grant.replay_to,
+        Stage::SseResume,
+    )
+    .map_err(|not_replayed| match not_replayed {
+        NotReplayed::Gap(refusal) => ApiError::Refused(refusal),
+        NotReplayed::Ahead => ApiError::Internal("replay ran ahead of the watermark".into()),
+    })?;
+    let (transport, response) = delivery::sse::open();
+    tokio::spawn(delivery::deliver(state, attached, replay, transport));
+    Ok(response)
+}

@@ -1,0 +1,105 @@
+//! `POST /session/{id}/upgrade` (a ticket for the client's own cursor) and
+//! `GET /session/{id}/ws?ticket=T` (the WebSocket: first frames exactly
+//! `cursor + 1 ..= replay_to`, then live).
+
+use crate::delivery::{self, copy_replay, Attached, NotReplayed};
+use crate::error::ApiError;
+use crate::extract::{CursorJson, SessionEntry};
+use crate::ids::random_bytes;
+use crate::metrics::Stage;
+use crate::state::AppState;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::{Query, State};
+use axum::response::Response;
+use axum::Json;
+use gapless::session::{Refusal, Ticket};
+use gapless_client::wire::UpgradeGrant;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+pub(crate) async fn upgrade(
+    State(AppState(state)): State<AppState>,
+    SessionEntry { id, entry }: SessionEntry,
+    CursorJson(cursor): CursorJson,
+) -> Result<Json<UpgradeGrant>, ApiError> {
+    let ticket = Ticket(random_bytes().map_err(|e| ApiError::Internal(e.to_string()))?);
+    match entry.session.begin_upgrade(cursor, ticket, Instant::now()) {
+        Ok(grant) => {
+            state
+                .metrics
+                .migrations_granted
+                .fetch_add(1, Ordering::Relaxed);
+            Ok(Json(UpgradeGrant {
+                ticket: ticket.to_string(),
+                ws: format!("/session/{id}/ws?ticket={ticket}"),
+                replay_from: grant.replay_from,
+                replay_to: grant.replay_to,
+            }))
+        }
+        Err(refusal) => {
+            state.metrics.refused(Stage::Migration, &refusal);
+            Err(ApiError::Refused(refusal))
+        }
+    }
+}
+
+pub(crate) async fn websocket(
+    State(AppState(state)): State<AppState>,
+    SessionEntry { entry, .. }: SessionEntry,
+    Query(query): Query<HashMap<String, String>>,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Result<Response, ApiError> {
+    let ticket = query
+        .get("ticket")
+        .ok_or_else(|| ApiError::BadRequest("missing ?ticket=".into()))?;
+    let upgrade = upgrade.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let refuse = |refusal: Refusal| {
+        state.metrics.refused(Stage::Migration, &refusal);
+        refusal
+    };
+    // A malformed ticket is as unknown as a wrong one.
+    let Ok(ticket) = ticket.parse::<Ticket>() else {
+        return Err(ApiError::Refused(refuse(Refusal::BadTicket)));
+    };
+    let (grant, attachment) = match entry.session.complete_upgrade(&ticket, Instant::now()) {
+        Ok(granted) => granted,
+        // The gap was evicted since the grant: the handshake completes and
+        // the socket closes with 4409 and the figures.
+        Err(refusal @ Refusal::GapNotCovered { .. }) => {
+            let refusal = refuse(refusal);
+            return Ok(close_with_gap(upgrade, refusal));
+        }
+        Err(refusal) => return Err(ApiError::Refused(refuse(refusal))),
+    };
+    state
+        .metrics
+        .migrations_completed
+        .fetch_add(1, Ordering::Relaxed);
+    let attached = Attached::new(Arc::clone(&entry), attachment);
+    match copy_replay(
+        &state,
+        &attached,
+        grant.cursor,
+        grant.replay_to,
+        Stage::Migration,
+    ) {
+        Ok(replay) => Ok(upgrade.on_upgrade(move |socket| {
+            let transport = delivery::ws::WsTransport::new(socket);
+            delivery::deliver(state, attached, replay, transport)
+        })),
+        Err(NotReplayed::Gap(refusal)) => Ok(close_with_gap(upgrade, refusal)),
+        Err(NotReplayed::Ahead) => Err(ApiError::Internal(
+            "replay ran ahead of the watermark".into(),
+        )),
+    }
+}
+
+/// Completes the handshake only to close with 4409 and the refusal's body.
+fn close_with_gap(upgrade: WebSocketUpgrade, refusal: Refusal) -> Response {
+    upgrade.on_upgrade(move |mut socket| async move {
+        let _ = socket.send(delivery::ws::gap_close(&refusal)).await;
+    })
+}
