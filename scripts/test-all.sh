@@ -7,7 +7,8 @@
 #      loopback, doc tests; then the stress tests again in the debug profile,
 #      so debug assertions and overflow checks run under concurrency
 #   2. the examples and the main job, run for real: the quickstart, the
-#      single-writer example, and a
+#      single-writer example, the migrating client against an in-process
+#      server, and a
 #      short churn run that exits non-zero on a silent gap
 #   3. the benchmarks in test mode (each scenario once)
 #   4. the concurrency proof: loom models, Miri, ThreadSanitizer (installing
@@ -28,6 +29,7 @@ cargo test -p gapless --test stress
 step "examples and the main job"
 cargo run --release --example quickstart
 cargo run --release --example single_writer
+cargo run --release -p gapless-server --example migrating_client
 cargo run --release -p gapless-server -- churn --duration "${CHURN_SECONDS:-8}" --sessions 12
 
 step "benchmarks in test mode"

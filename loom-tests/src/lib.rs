@@ -68,6 +68,17 @@ impl Emitted {
         );
     }
 
+    /// Emits one payload per length in `lens`, from `emitter`, before any
+    /// thread starts, and records them.
+    pub fn prefill(ring: &Ring, emitter: u8, lens: &[usize]) -> Self {
+        let mut emitted = Self::default();
+        for (index, &len) in (0u8..).zip(lens) {
+            let bytes = payload(emitter, index, len);
+            emitted.record(ring.emit(&bytes), bytes);
+        }
+        emitted
+    }
+
     /// Adds what `other` recorded (emits made before the threads started).
     pub fn absorb(&mut self, other: Emitted) {
         for (seq, payload) in other.committed {

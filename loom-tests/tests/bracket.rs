@@ -28,9 +28,7 @@ fn a_reader_overtaken_by_the_seq_range_reports_a_gap() {
     builder.preemption_bound = Some(2);
     builder.check(move || {
         let ring = Arc::new(tiny_ring(2, 64));
-        let mut emitted = Emitted::default();
-        let first = payload(0, 0, 8);
-        emitted.record(ring.emit(&first), first);
+        let mut emitted = Emitted::prefill(&ring, 0, &[8]);
         let gate = Arc::new(Gate::default());
         let emitter = {
             let ring = Arc::clone(&ring);

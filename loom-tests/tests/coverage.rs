@@ -37,11 +37,7 @@ use std::sync::Arc;
 fn check_agreement(ring: Ring, prefill: &[usize], len: usize, cursor: u64) -> &'static str {
     let ring = Arc::new(ring);
     let gate = Arc::new(Gate::default());
-    let mut emitted = Emitted::default();
-    for (index, &prefill_len) in (0u8..).zip(prefill) {
-        let bytes = payload(0, index, prefill_len);
-        emitted.record(ring.emit(&bytes), bytes);
-    }
+    let mut emitted = Emitted::prefill(&ring, 0, prefill);
     let emitter = {
         let ring = Arc::clone(&ring);
         let gate = Arc::clone(&gate);

@@ -37,15 +37,6 @@ use loom::thread;
 use std::ops::RangeInclusive;
 use std::sync::Arc;
 
-/// Fills `ring` with one emit per length, from emitter 0, before any thread
-/// starts.
-fn prefill(ring: &Ring, lens: &[usize], emitted: &mut Emitted) {
-    for (index, &len) in (0u8..).zip(lens) {
-        let bytes = payload(0, index, len);
-        emitted.record(ring.emit(&bytes), bytes);
-    }
-}
-
 /// Runs one emit of `len` bytes from emitter 1 against a replay from 0 on
 /// the main thread; returns the replay and what was emitted.
 fn lap_during_replay(
@@ -55,8 +46,7 @@ fn lap_during_replay(
 ) -> (Result<Vec<Event>, ReplayError>, Emitted) {
     let ring = Arc::new(ring);
     let gate = Arc::new(Gate::default());
-    let mut emitted = Emitted::default();
-    prefill(&ring, prefill_lens, &mut emitted);
+    let mut emitted = Emitted::prefill(&ring, 0, prefill_lens);
     let emitter = {
         let ring = Arc::clone(&ring);
         let gate = Arc::clone(&gate);

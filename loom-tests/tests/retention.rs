@@ -46,11 +46,7 @@ fn the_reserve_survives_a_stalled_emitter() {
     let tally = outcomes.clone();
     loom::model(move || {
         let ring = Arc::new(tiny_ring(4, 256));
-        let mut emitted = Emitted::default();
-        for index in 0..4 {
-            let bytes = payload(0, index, 8);
-            emitted.record(ring.emit(&bytes), bytes);
-        }
+        let mut emitted = Emitted::prefill(&ring, 0, &[8; 4]);
         let claimed = Arc::new(Signal::default());
         let release = Arc::new(Signal::default());
         let a = {

@@ -65,11 +65,7 @@ fn race(
 
 fn check(ring: Ring, prefill: &[usize], lens: (usize, usize), b_emits: u8) -> &'static str {
     let ring = Arc::new(ring);
-    let mut before = Emitted::default();
-    for (index, &len) in (0u8..).zip(prefill) {
-        let bytes = payload(3, index, len);
-        before.record(ring.emit(&bytes), bytes);
-    }
+    let before = Emitted::prefill(&ring, 3, prefill);
     let (mut emitted, replay) = race(&ring, lens, b_emits);
     emitted.absorb(before);
     let claimed = prefill.len() as u64 + 1 + u64::from(b_emits);
