@@ -42,6 +42,8 @@ pub struct Follower<R: Deref<Target = Ring<M>>, M: EmitMode = Shared> {
     ring: R,
     /// The last seq yielded (or the starting cursor).
     cursor: u64,
+    /// The most events one call yields (`u64::MAX`: all published).
+    max_batch: u64,
     mode: PhantomData<fn() -> M>,
 }
 
@@ -51,8 +53,17 @@ impl<R: Deref<Target = Ring<M>>, M: EmitMode> Follower<R, M> {
         Self {
             ring,
             cursor,
+            max_batch: u64::MAX,
             mode: PhantomData,
         }
+    }
+
+    /// Yields at most `max_batch` events per call (at least one), so a
+    /// reader that writes each batch to a slow peer holds a bounded copy
+    /// rather than everything published since its cursor.
+    pub fn with_max_batch(mut self, max_batch: usize) -> Self {
+        self.max_batch = u64::try_from(max_batch.max(1)).unwrap_or(u64::MAX);
+        self
     }
 
     /// The last seq yielded.
@@ -72,7 +83,9 @@ impl<R: Deref<Target = Ring<M>>, M: EmitMode> Follower<R, M> {
     /// [`ReplayError::Gap`] when the follower was lapped;
     /// [`ReplayError::Ahead`] when it started beyond the watermark.
     pub fn try_next(&mut self) -> Result<Vec<Event>, ReplayError> {
-        let events = self.ring.replay_after(self.cursor)?;
+        // Clamped to the watermark by `replay_range`.
+        let last = self.cursor.saturating_add(self.max_batch);
+        let events = self.ring.replay_range(self.cursor, last)?;
         if let Some(last) = events.last() {
             self.cursor = last.seq;
         }

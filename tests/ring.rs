@@ -252,6 +252,25 @@ fn a_lapped_follower_gets_a_gap_and_keeps_its_cursor() {
 }
 
 #[test]
+fn a_bounded_follower_yields_at_most_its_batch_and_misses_nothing() {
+    let ring = Ring::new(roomy());
+    for n in 0..10u8 {
+        ring.emit(&[n]).unwrap();
+    }
+    let mut follower = Follower::new(&ring, 0).with_max_batch(4);
+    let batches: Vec<Vec<u64>> = (0..4)
+        .map(|_| follower.try_next().unwrap().iter().map(|e| e.seq).collect())
+        .collect();
+    assert_eq!(
+        batches,
+        [vec![1, 2, 3, 4], vec![5, 6, 7, 8], vec![9, 10], vec![]]
+    );
+    // Zero is read as one: a follower always makes progress.
+    let mut one = Follower::new(&ring, 8).with_max_batch(0);
+    assert_eq!(one.try_next().unwrap().len(), 1);
+}
+
+#[test]
 fn wait_timeout_returns_empty_when_nothing_comes() {
     let ring = Ring::new(roomy());
     let mut follower = Follower::new(&ring, 0);
