@@ -32,6 +32,14 @@ pub enum ClientError {
         /// The response body, as text.
         body: String,
     },
+    /// `503 too_many_sessions` (or `too_many_connections`): the server is at
+    /// a configured limit; try again after `retry_after` seconds if given.
+    Unavailable {
+        /// The `error` code.
+        code: String,
+        /// The `Retry-After` header, in seconds, if any.
+        retry_after: Option<u64>,
+    },
     /// Any other status, or an error answer whose body does not follow the
     /// protocol.
     UnexpectedStatus {
@@ -88,6 +96,14 @@ impl ClientError {
                 Self::Protocol(format!("400 bad_request body: {error}: {text}"))
             }
             (413, Ok(Failure::PayloadTooLarge { .. })) => Self::PayloadTooLarge,
+            (503, Ok(Failure::TooManySessions)) => Self::Unavailable {
+                code: "too_many_sessions".into(),
+                retry_after: None,
+            },
+            (503, Ok(Failure::TooManyConnections)) => Self::Unavailable {
+                code: "too_many_connections".into(),
+                retry_after: None,
+            },
             (413, _) => Self::BodyTooLarge { body: text },
             _ => Self::UnexpectedStatus { status, body: text },
         }
@@ -110,6 +126,10 @@ impl fmt::Display for ClientError {
             Self::BadRequest { detail } => write!(f, "400 bad_request: {detail}"),
             Self::PayloadTooLarge => f.write_str("413 payload_too_large"),
             Self::BodyTooLarge { body } => write!(f, "413 body over the limit: {body}"),
+            Self::Unavailable { code, retry_after } => match retry_after {
+                Some(seconds) => write!(f, "503 {code}, retry after {seconds} s"),
+                None => write!(f, "503 {code}"),
+            },
             Self::UnexpectedStatus { status, body } => {
                 write!(f, "unexpected status {status}: {body}")
             }

@@ -198,8 +198,20 @@ impl Client {
             return Ok(response);
         }
         let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get(http::header::RETRY_AFTER)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|text| text.parse::<u64>().ok());
         let body = self.read_body(response).await?;
-        Err(ClientError::from_parts(status, &body))
+        let mut error = ClientError::from_parts(status, &body);
+        if let ClientError::Unavailable {
+            retry_after: slot, ..
+        } = &mut error
+        {
+            *slot = retry_after;
+        }
+        Err(error)
     }
 
     /// Sends, expects `status`, and reads the body as `T`.

@@ -261,11 +261,20 @@ pub enum Failure {
         /// The largest payload the ring holds.
         max: usize,
     },
-    /// `500`: the server could not complete the request.
-    Internal {
-        /// What failed, for a human.
-        detail: String,
-    },
+    /// `405`: the route exists but not with this method (see `Allow`).
+    MethodNotAllowed,
+    /// `415`: an emit whose `Content-Type` is not `application/json`.
+    UnsupportedMediaType,
+    /// `429`: the session has as many streams open as the server allows.
+    TooManyStreams,
+    /// `503` with `Retry-After`: the server holds as many sessions as it
+    /// allows.
+    TooManySessions,
+    /// `503`: the server holds as many connections as it allows.
+    TooManyConnections,
+    /// `500`: the server could not complete the request (what failed is in
+    /// its log, never in the answer).
+    Internal,
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! Every non-success answer of the protocol, as one enum rendered to its
-//! wire body ([`gapless_client::wire`]) with the right status.
+//! wire body ([`gapless_client::wire`]) with the right status. No answer
+//! carries internal error text: what failed inside is logged, not sent.
 
-use axum::http::StatusCode;
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use gapless::session::Refusal;
@@ -10,7 +11,8 @@ use gapless_client::{Failure, Refusal as RefusalBody};
 /// A request the server answers with an error.
 #[derive(Debug)]
 pub(crate) enum ApiError {
-    /// `404 no_such_session`: unknown, deleted or malformed session ID.
+    /// `404 no_such_session`: unknown, deleted, expired or malformed
+    /// session ID.
     NoSuchSession,
     /// `404 not_found`: no such route.
     NotFound,
@@ -20,10 +22,17 @@ pub(crate) enum ApiError {
     BodyTooLarge { limit: usize },
     /// `413 payload_too_large`: the payload is larger than the ring holds.
     PayloadTooLarge { len: usize, max: usize },
+    /// `415 unsupported_media_type`: an emit that is not `application/json`.
+    UnsupportedMediaType,
     /// `409`: one of the protocol's refusals.
     Refused(Refusal),
-    /// `500 internal`: the server could not complete the request (the OS
-    /// random source or the ring allocation failed).
+    /// `429 too_many_streams`: the session has as many streams open as
+    /// allowed.
+    TooManyStreams,
+    /// `503 too_many_sessions` with `Retry-After`.
+    TooManySessions { retry_after_secs: u64 },
+    /// `500 internal`: the server could not complete the request; the
+    /// cause is logged here and never sent.
     Internal(String),
 }
 
@@ -46,10 +55,24 @@ impl IntoResponse for ApiError {
                 StatusCode::PAYLOAD_TOO_LARGE,
                 Failure::PayloadTooLarge { len, max },
             ),
-            Self::Internal(detail) => (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                Failure::Internal { detail },
+            Self::UnsupportedMediaType => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                Failure::UnsupportedMediaType,
             ),
+            Self::TooManyStreams => (StatusCode::TOO_MANY_REQUESTS, Failure::TooManyStreams),
+            Self::TooManySessions { retry_after_secs } => {
+                let mut response =
+                    (StatusCode::SERVICE_UNAVAILABLE, Json(Failure::TooManySessions))
+                        .into_response();
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+                return response;
+            }
+            Self::Internal(cause) => {
+                tracing::error!(%cause, "internal error");
+                (StatusCode::INTERNAL_SERVER_ERROR, Failure::Internal)
+            }
         };
         (status, Json(failure)).into_response()
     }

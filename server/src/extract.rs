@@ -14,9 +14,10 @@ use gapless_client::wire::CursorBody;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// The session named by the `{id}` path segment. A malformed ID is as
-/// unknown as a deleted one: `404 no_such_session`, never a `400` that would
-/// tell a prober which IDs are well formed.
+/// The session named by the `{id}` path segment, its idle clock restarted.
+/// A malformed ID is as unknown as a deleted or expired one: `404
+/// no_such_session`, never a `400` that would tell a prober which IDs are
+/// well formed.
 pub(crate) struct SessionEntry {
     /// The ID as parsed.
     pub(crate) id: SessionId,
@@ -36,6 +37,8 @@ impl FromRequestParts<AppState> for SessionEntry {
             .map_err(|_| ApiError::NoSuchSession)?;
         let id: SessionId = id.parse().map_err(|_| ApiError::NoSuchSession)?;
         let entry = state.sessions.get(&id).ok_or(ApiError::NoSuchSession)?;
+        // Any request naming the session restarts its idle clock.
+        state.touch(&entry);
         Ok(Self { id, entry })
     }
 }
@@ -59,6 +62,30 @@ impl FromRequest<AppState> for Body {
                     ApiError::BadRequest(rejection.body_text())
                 }
             })
+    }
+}
+
+/// An emit's body: `Content-Type: application/json` (parameters allowed),
+/// else `415`, so a page on another origin cannot emit without a CORS
+/// preflight; within `--max-body`.
+pub(crate) struct JsonBody(pub(crate) Bytes);
+
+impl FromRequest<AppState> for JsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let is_json = request
+            .headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.split(';').next())
+            .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"));
+        if !is_json {
+            return Err(ApiError::UnsupportedMediaType);
+        }
+        Body::from_request(request, state)
+            .await
+            .map(|Body(bytes)| Self(bytes))
     }
 }
 

@@ -15,6 +15,54 @@ const REFUSAL_CODES: [&str; 7] = [
     "not_drained",
 ];
 
+/// A limit that tripped, as the `kind` label of
+/// `gapless_limits_tripped_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Limit {
+    /// `POST /session` beyond `max_sessions`.
+    Sessions,
+    /// A connection beyond `max_connections`.
+    Connections,
+    /// A stream beyond `max_streams_per_session`.
+    StreamsPerSession,
+    /// A write that did not complete within `write_timeout`.
+    WriteTimeout,
+    /// A request head not complete within `header_read_timeout`.
+    HeaderReadTimeout,
+    /// A WebSocket message over `ws_max_message`.
+    WsMessageSize,
+    /// A WebSocket ping without a pong within `pong_timeout`.
+    PongTimeout,
+    /// A handler panicked (answered `500`).
+    Panic,
+}
+
+impl Limit {
+    const ALL: [Limit; 8] = [
+        Limit::Sessions,
+        Limit::Connections,
+        Limit::StreamsPerSession,
+        Limit::WriteTimeout,
+        Limit::HeaderReadTimeout,
+        Limit::WsMessageSize,
+        Limit::PongTimeout,
+        Limit::Panic,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::Sessions => "sessions",
+            Self::Connections => "connections",
+            Self::StreamsPerSession => "streams_per_session",
+            Self::WriteTimeout => "write_timeout",
+            Self::HeaderReadTimeout => "header_read_timeout",
+            Self::WsMessageSize => "ws_message_size",
+            Self::PongTimeout => "pong_timeout",
+            Self::Panic => "panic",
+        }
+    }
+}
+
 /// Where a refusal happened.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Stage {
@@ -40,11 +88,19 @@ pub(crate) struct Metrics {
     pub(crate) migrations_granted: AtomicU64,
     pub(crate) migrations_completed: AtomicU64,
     pub(crate) lapped_readers: AtomicU64,
+    /// Sessions ended by the idle timeout.
+    pub(crate) sessions_expired: AtomicU64,
+    limits_tripped: [AtomicU64; Limit::ALL.len()],
     migrations_refused: [AtomicU64; REFUSAL_CODES.len()],
     resumes_refused: [AtomicU64; REFUSAL_CODES.len()],
 }
 
 impl Metrics {
+    /// Counts one trip of `limit`.
+    pub(crate) fn tripped(&self, limit: Limit) {
+        self.limits_tripped[limit as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn refused(&self, stage: Stage, refusal: &Refusal) {
         let index = REFUSAL_CODES
             .iter()
@@ -123,6 +179,23 @@ impl Metrics {
             "Streams ended with a gap because the ring lapped them.",
             get(&self.lapped_readers),
         );
+        counter(
+            "gapless_sessions_expired_total",
+            "Sessions ended by the idle timeout.",
+            get(&self.sessions_expired),
+        );
+        let _ = writeln!(
+            out,
+            "# HELP gapless_limits_tripped_total Limits that tripped, by kind.\n# TYPE gapless_limits_tripped_total counter"
+        );
+        for limit in Limit::ALL {
+            let _ = writeln!(
+                out,
+                "gapless_limits_tripped_total{{kind=\"{}\"}} {}",
+                limit.label(),
+                get(&self.limits_tripped[limit as usize])
+            );
+        }
         let _ = writeln!(
             out,
             "# HELP gapless_sessions Live sessions.\n# TYPE gapless_sessions gauge\ngapless_sessions {sessions}"

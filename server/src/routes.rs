@@ -1,15 +1,24 @@
-//! [`router`]: every route of the protocol on one [`AppState`].
+//! [`router`]: every route of the protocol on one [`AppState`], in the
+//! server's layers.
 
 use crate::error::ApiError;
 use crate::handlers::{events, metrics, migration, sessions};
+use crate::layers::with_layers;
 use crate::state::AppState;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::Router;
 
-/// Every route of the protocol (`docs/PROTOCOL.md`), ready to serve or to
-/// wrap in the embedding application's own layers (auth, say).
+/// Every route of the protocol (`docs/PROTOCOL.md`) in the server's layers,
+/// ready to serve or to wrap in the embedding application's own layers
+/// (authentication, rate limits): see `examples/embed_with_auth.rs`.
 pub fn router(state: AppState) -> Router {
+    with_layers(routes(state.clone()), &state)
+}
+
+/// The protocol's routes without the server's layers: merge an
+/// application's own routes into it, then apply [`with_layers`].
+pub fn routes(state: AppState) -> Router {
     let limit = state.0.config.max_body;
     Router::new()
         .route("/session", post(sessions::create))
@@ -25,6 +34,7 @@ pub fn router(state: AppState) -> Router {
         .route("/session/{id}/upgrade", post(migration::upgrade))
         .route("/session/{id}/ws", get(migration::websocket))
         .route("/metrics", get(metrics::render))
+        .route("/healthz", get(sessions::healthz))
         .fallback(|| async { ApiError::NotFound })
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)

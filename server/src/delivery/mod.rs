@@ -1,17 +1,20 @@
 //! Delivery: the one loop that feeds a session's events to a transport.
 //!
-//! Both transports run the same steps — write the replay copied at attach
-//! time, then follow the ring live; account every event in `sent` *before*
-//! handing it over; on a lap report the gap and end; end when the client
-//! goes away, another transport supersedes this one, the session ends or
-//! the server shuts down — so they are written once, in [`deliver`], over
-//! the [`Transport`] trait. [`sse`] and [`ws`] only say how bytes are
-//! framed and how a stream ends.
+//! Both transports run the same steps — write the first replay batch copied
+//! at attach time, then follow the ring in bounded batches (the rest of the
+//! replay, then live); account every event in `sent` *before* handing it
+//! over; on a lap report the gap and end; end when the client goes away,
+//! another transport supersedes this one, the session ends or the server
+//! shuts down; close the connection when a write does not complete within
+//! the write timeout — so they are written once, in [`deliver`], over the
+//! [`Transport`] trait. [`sse`] and [`ws`] only say how bytes are framed,
+//! how a stream is kept alive, and how it ends.
 
 pub(crate) mod sse;
 pub(crate) mod ws;
 
-use crate::metrics::Stage;
+use crate::error::ApiError;
+use crate::metrics::{Limit, Stage};
 use crate::state::{Entry, Shared};
 use gapless::session::{Attachment, Refusal, Session};
 use gapless::{Event, EventId, Follower, ReplayError};
@@ -19,9 +22,20 @@ use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// The client is gone: the transport can take no more.
+/// The most events copied out of the ring per write: a stalled client pins
+/// at most one batch (plus its transport's bounded queue), not its whole
+/// replay.
+pub(crate) const BATCH_EVENTS: usize = 64;
+
+/// The transport can take no more.
 #[derive(Debug)]
-pub(crate) struct Gone;
+pub(crate) enum Gone {
+    /// The client went away.
+    Client,
+    /// The transport closed the connection because the client broke a
+    /// limit (a message too big, a ping unanswered).
+    Limit(Limit),
+}
 
 /// Why the loop ended a stream that is still writable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,9 +48,9 @@ pub(crate) enum End {
 
 /// What wakes the loop from the transport's side.
 pub(crate) enum Wake {
-    /// The client went away.
-    Gone,
-    /// Nothing was written for a while: send a keepalive.
+    /// The transport is done (see [`Gone`]).
+    Gone(Gone),
+    /// Time for a keepalive.
     Idle,
 }
 
@@ -57,28 +71,71 @@ pub(crate) trait Transport: Send {
     /// `select!` beside the ring.
     fn wake(&mut self) -> impl Future<Output = Wake> + Send;
 
-    /// Writes a keepalive.
+    /// Writes a keepalive (SSE: a comment; WebSocket: a ping, or a close
+    /// when the last ping went unanswered).
     fn keepalive(&mut self) -> impl Future<Output = Result<(), Gone>> + Send;
 
     /// Ends a stream that is still writable.
     fn end(&mut self, why: End) -> impl Future<Output = ()> + Send;
+
+    /// Closes the connection at once: a write did not complete in time.
+    fn abort(&mut self);
+}
+
+/// One of a session's `max_streams_per_session` stream slots, held from
+/// before the transport attaches until its delivery ends.
+pub(crate) struct StreamSlot {
+    entry: Arc<Entry>,
+}
+
+impl StreamSlot {
+    /// Takes a slot on `entry`'s session.
+    ///
+    /// # Errors
+    /// `429 too_many_streams` when all are taken (counted).
+    pub(crate) fn take(state: &Shared, entry: &Arc<Entry>) -> Result<Self, ApiError> {
+        let max = state.config.max_streams_per_session;
+        if entry.streams.fetch_add(1, Ordering::AcqRel) >= max {
+            entry.streams.fetch_sub(1, Ordering::AcqRel);
+            state.metrics.tripped(Limit::StreamsPerSession);
+            return Err(ApiError::TooManyStreams);
+        }
+        Ok(Self {
+            entry: Arc::clone(entry),
+        })
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.entry.streams.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// A transport attached to a session. Dropping it detaches the transport
-/// (the session's `transport` becomes `none` unless another attached since)
-/// and wakes the session's other streams — on every path out of a handler
-/// or a stream task, including an early return and a panic.
+/// (the session's `transport` becomes `none` unless another attached since),
+/// restarts the session's idle clock, frees the stream slot and wakes the
+/// session's other streams — on every path out of a handler or a stream
+/// task, including an early return, a panic and the hard stop.
 pub(crate) struct Attached {
+    state: Arc<Shared>,
     entry: Arc<Entry>,
     attachment: Attachment,
+    _slot: StreamSlot,
 }
 
 impl Attached {
-    /// Takes over `attachment`, just granted by the session, and tells the
-    /// session's other streams that the attachment changed.
-    pub(crate) fn new(entry: Arc<Entry>, attachment: Attachment) -> Self {
+    /// Takes over `attachment`, just granted by the session in `slot`, and
+    /// tells the session's other streams that the attachment changed.
+    pub(crate) fn new(state: Arc<Shared>, slot: StreamSlot, attachment: Attachment) -> Self {
+        let entry = Arc::clone(&slot.entry);
         entry.notify_changed();
-        Self { entry, attachment }
+        Self {
+            state,
+            entry,
+            attachment,
+            _slot: slot,
+        }
     }
 
     fn session(&self) -> &Session {
@@ -93,15 +150,19 @@ impl Attached {
 impl Drop for Attached {
     fn drop(&mut self) {
         self.entry.session.detach(&self.attachment);
+        self.state.touch(&self.entry);
         self.entry.notify_changed();
     }
 }
 
-/// The events after a cursor, copied when the transport attached.
+/// The start of a replay, copied when the transport attached.
 pub(crate) struct Replay {
-    /// `cursor + 1 ..= replay_to`.
-    events: Vec<Event>,
-    /// The published watermark the replay ends at; live from `replay_to + 1`.
+    /// `cursor + 1 ..`, at most [`BATCH_EVENTS`] of them.
+    first: Vec<Event>,
+    /// The cursor the client gave.
+    cursor: u64,
+    /// The published watermark when the transport attached: the replay is
+    /// `cursor + 1 ..= replay_to`, live events follow it.
     replay_to: u64,
 }
 
@@ -117,10 +178,12 @@ pub(crate) enum NotReplayed {
     Ahead,
 }
 
-/// Copies `cursor + 1 ..= replay_to` for a transport just attached, or
-/// reports the gap evicted since the cursor was checked: the report is
-/// accounted (`sent` rises to `first_retained - 1`, so the client may
-/// continue from there) and counted under `stage`.
+/// Copies the first batch of `cursor + 1 ..= replay_to` for a transport just
+/// attached, or reports the gap evicted since the cursor was checked: the
+/// report is accounted (`sent` rises to `first_retained - 1`, so the client
+/// may continue from there) and counted under `stage`. A gap evicted later,
+/// while the rest of the replay is written, ends the stream with a gap
+/// report like any lap.
 pub(crate) fn copy_replay(
     state: &Shared,
     attached: &Attached,
@@ -129,8 +192,13 @@ pub(crate) fn copy_replay(
     stage: Stage,
 ) -> Result<Replay, NotReplayed> {
     let session = attached.session();
-    match session.ring().replay_range(cursor, replay_to) {
-        Ok(events) => Ok(Replay { events, replay_to }),
+    let last = replay_to.min(cursor.saturating_add(BATCH_EVENTS as u64));
+    match session.ring().replay_range(cursor, last) {
+        Ok(first) => Ok(Replay {
+            first,
+            cursor,
+            replay_to,
+        }),
         Err(ReplayError::Gap(gap)) => {
             session.gap_reported(gap.first_retained);
             let refusal = Refusal::from(gap);
@@ -147,6 +215,8 @@ pub(crate) fn copy_replay(
 /// it is handed to the transport: once bytes are queued the client may
 /// receive them and resume or upgrade with their ID at once, and its true
 /// cursor must never be refused as ahead of what the server accounted for.
+/// A write that does not complete within the write timeout closes the
+/// connection; the client resumes with its own cursor.
 pub(crate) async fn deliver(
     state: Arc<Shared>,
     attached: Attached,
@@ -156,21 +226,25 @@ pub(crate) async fn deliver(
     let session = attached.session();
     let epoch = session.epoch();
     let mut changed = attached.entry.changed.subscribe();
-    let mut shutdown = state.shutdown.clone();
+    let mut shutdown = state.lifecycle.shutdown.clone();
     let metrics = &state.metrics;
+    let write_timeout = state.config.write_timeout;
+    let Replay {
+        first,
+        cursor,
+        replay_to,
+    } = replay;
+    // `first` is `cursor + 1 ..` without a hole: the follower goes on after it.
+    let after_first = first.last().map_or(cursor, |event| event.seq);
+    let mut follower =
+        Follower::new(Arc::clone(session.ring()), after_first).with_max_batch(BATCH_EVENTS);
+    let mut pending = Some(first);
+    let gone = |gone: Gone| {
+        if let Gone::Limit(limit) = gone {
+            metrics.tripped(limit);
+        }
+    };
 
-    let replay_to = replay.replay_to;
-    session.record_sent(replay_to);
-    if transport.send_events(epoch, &replay.events).await.is_err() {
-        return;
-    }
-    let replayed = replay.events.len() as u64;
-    metrics
-        .events_replayed
-        .fetch_add(replayed, Ordering::Relaxed);
-    drop(replay);
-
-    let mut follower = Follower::new(Arc::clone(session.ring()), replay_to);
     let end = loop {
         if !attached.is_current() {
             break End::Superseded;
@@ -178,38 +252,59 @@ pub(crate) async fn deliver(
         if *shutdown.borrow() {
             break End::Shutdown;
         }
-        tokio::select! {
-            wake = transport.wake() => match wake {
-                Wake::Gone => return,
-                Wake::Idle => {
-                    if transport.keepalive().await.is_err() {
+        let events = if let Some(first) = pending.take() {
+            Ok(first)
+        } else {
+            tokio::select! {
+                wake = transport.wake() => {
+                    match wake {
+                        Wake::Gone(why) => return gone(why),
+                        Wake::Idle => match tokio::time::timeout(write_timeout, transport.keepalive()).await {
+                            Ok(Ok(())) => continue,
+                            Ok(Err(why)) => return gone(why),
+                            Err(_) => {
+                                metrics.tripped(Limit::WriteTimeout);
+                                transport.abort();
+                                return;
+                            }
+                        },
+                    }
+                }
+                _ = changed.changed() => continue,
+                _ = shutdown.changed() => continue,
+                next = std::future::poll_fn(|cx| follower.poll_next(cx)) => next,
+            }
+        };
+        match events {
+            Ok(events) => {
+                let Some(last) = events.last().map(|e| e.seq) else { continue };
+                session.record_sent(last);
+                match tokio::time::timeout(write_timeout, transport.send_events(epoch, &events)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(why)) => return gone(why),
+                    Err(_) => {
+                        metrics.tripped(Limit::WriteTimeout);
+                        transport.abort();
                         return;
                     }
                 }
-            },
-            _ = changed.changed() => {}
-            _ = shutdown.changed() => {}
-            next = std::future::poll_fn(|cx| follower.poll_next(cx)) => match next {
-                Ok(events) => {
-                    let Some(last) = events.last() else { continue };
-                    session.record_sent(last.seq);
-                    if transport.send_events(epoch, &events).await.is_err() {
-                        return;
-                    }
-                    metrics.events_streamed.fetch_add(events.len() as u64, Ordering::Relaxed);
-                }
-                Err(ReplayError::Gap(gap)) => {
-                    metrics.lapped_readers.fetch_add(1, Ordering::Relaxed);
-                    session.gap_reported(gap.first_retained);
-                    transport.send_gap(&Refusal::from(gap)).await;
-                    return;
-                }
-                // A follower never reads past the watermark.
-                Err(ReplayError::Ahead { .. }) => return,
-            },
+                let replayed = events.iter().filter(|e| e.seq <= replay_to).count() as u64;
+                metrics.events_replayed.fetch_add(replayed, Ordering::Relaxed);
+                metrics
+                    .events_streamed
+                    .fetch_add(events.len() as u64 - replayed, Ordering::Relaxed);
+            }
+            Err(ReplayError::Gap(gap)) => {
+                metrics.lapped_readers.fetch_add(1, Ordering::Relaxed);
+                session.gap_reported(gap.first_retained);
+                let _ = tokio::time::timeout(write_timeout, transport.send_gap(&Refusal::from(gap))).await;
+                return;
+            }
+            // A follower never reads past the watermark.
+            Err(ReplayError::Ahead { .. }) => return,
         }
     };
-    transport.end(end).await;
+    let _ = tokio::time::timeout(write_timeout, transport.end(end)).await;
 }
 
 /// The ID of an event of this session, as the wire spells it.

@@ -1,8 +1,11 @@
-//! The SSE transport: events framed as `text/event-stream` into a bounded
-//! channel that feeds the response body; a lap ends the stream with an
-//! `event: gap` whose data is the refusal body.
+//! The SSE transport: a `retry:` field, then events framed as
+//! `text/event-stream` in chunks of at most [`CHUNK_BYTES`] into a queue of
+//! [`QUEUE_CHUNKS`] that feeds the response body; a lap ends the stream with
+//! an `event: gap` whose data is the refusal body; a comment line every
+//! [`KEEPALIVE`] while idle.
 
 use super::{event_id, End, Gone, Transport, Wake};
+use crate::connection::ConnectionHandle;
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
@@ -18,8 +21,13 @@ use tokio::time::{interval, Interval, MissedTickBehavior};
 /// away is noticed even when no events flow.
 const KEEPALIVE: Duration = Duration::from_secs(5);
 
-/// Chunks queued between the delivery loop and the response body.
-const QUEUE: usize = 16;
+/// The largest chunk handed to the body (a larger event is split across
+/// chunks: SSE is a byte stream).
+pub(crate) const CHUNK_BYTES: usize = 32 << 10;
+
+/// Chunks queued between the delivery loop and the response body: with
+/// [`CHUNK_BYTES`], at most 256 KiB per stream.
+pub(crate) const QUEUE_CHUNKS: usize = 8;
 
 /// The delivery side of one SSE response.
 pub(crate) struct SseTransport {
@@ -27,19 +35,28 @@ pub(crate) struct SseTransport {
     tx: mpsc::Sender<Bytes>,
     /// Ticks when nothing was written for [`KEEPALIVE`].
     keepalive: Interval,
+    /// The connection, to drop when a write times out.
+    connection: Option<ConnectionHandle>,
 }
 
-/// A `200 text/event-stream` response and the transport that feeds it.
-pub(crate) fn open() -> (SseTransport, Response) {
-    let (tx, rx) = mpsc::channel::<Bytes>(QUEUE);
+/// A `200 text/event-stream` response that starts with `retry: <ms>`, and
+/// the transport that feeds it.
+pub(crate) fn open(retry: Duration, connection: Option<ConnectionHandle>) -> (SseTransport, Response) {
+    let (tx, rx) = mpsc::channel::<Bytes>(QUEUE_CHUNKS);
     let mut keepalive = interval(KEEPALIVE);
     keepalive.set_missed_tick_behavior(MissedTickBehavior::Delay);
     keepalive.reset();
-    let body = Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|chunk| (Ok::<_, Infallible>(chunk), rx))
-    }));
+    let retry = Bytes::from(format!("retry: {}\n\n", retry.as_millis()));
+    let body = Body::from_stream(futures_util::stream::unfold(
+        (Some(retry), rx),
+        |(first, mut rx)| async move {
+            let chunk = match first {
+                Some(retry) => retry,
+                None => rx.recv().await?,
+            };
+            Some((Ok::<_, Infallible>(chunk), (None, rx)))
+        },
+    ));
     let mut response = Response::new(body);
     *response.status_mut() = StatusCode::OK;
     let headers = response.headers_mut();
@@ -49,7 +66,12 @@ pub(crate) fn open() -> (SseTransport, Response) {
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    (SseTransport { tx, keepalive }, response)
+    let transport = SseTransport {
+        tx,
+        keepalive,
+        connection,
+    };
+    (transport, response)
 }
 
 /// Frames `events` as SSE into one buffer.
@@ -63,7 +85,7 @@ fn frame(epoch: u64, events: &[Event]) -> Result<Bytes, sse::SseError> {
 
 impl SseTransport {
     async fn send(&mut self, chunk: Bytes) -> Result<(), Gone> {
-        self.tx.send(chunk).await.map_err(|_| Gone)?;
+        self.tx.send(chunk).await.map_err(|_| Gone::Client)?;
         self.keepalive.reset();
         Ok(())
     }
@@ -71,20 +93,26 @@ impl SseTransport {
 
 impl Transport for SseTransport {
     async fn send_events(&mut self, epoch: u64, events: &[Event]) -> Result<(), Gone> {
-        if events.is_empty() {
-            return Ok(());
-        }
-        match frame(epoch, events) {
-            Ok(chunk) => self.send(chunk).await,
+        let mut framed = match frame(epoch, events) {
+            Ok(framed) => framed,
             // Payloads are validated UTF-8 JSON on emit: a payload that
             // cannot be framed means the ring was fed by something else.
-            // Ending the stream (the client resumes and gets the same
-            // refusal) is better than skipping the event.
+            // Ending the stream (the client resumes and meets the same
+            // payload) is better than skipping the event.
             Err(error) => {
                 tracing::error!(%error, "stored payload cannot be framed; ending stream");
-                Err(Gone)
+                return Err(Gone::Client);
             }
+        };
+        // Slices of one buffer: splitting copies nothing.
+        while framed.len() > CHUNK_BYTES {
+            let chunk = framed.split_to(CHUNK_BYTES);
+            self.send(chunk).await?;
         }
+        if framed.is_empty() {
+            return Ok(());
+        }
+        self.send(framed).await
     }
 
     async fn send_gap(&mut self, refusal: &Refusal) {
@@ -97,7 +125,7 @@ impl Transport for SseTransport {
 
     async fn wake(&mut self) -> Wake {
         tokio::select! {
-            _ = self.tx.closed() => Wake::Gone,
+            _ = self.tx.closed() => Wake::Gone(Gone::Client),
             _ = self.keepalive.tick() => Wake::Idle,
         }
     }
@@ -109,4 +137,10 @@ impl Transport for SseTransport {
     /// Dropping the sender ends the body: the client sees the stream end
     /// cleanly and resumes with its cursor.
     async fn end(&mut self, _why: End) {}
+
+    fn abort(&mut self) {
+        if let Some(connection) = &self.connection {
+            connection.close();
+        }
+    }
 }

@@ -2,12 +2,14 @@
 //! SSE stream: the replay after the client's cursor, then live events, with
 //! no hole and no duplicate — or a `409` before any byte).
 
-use crate::delivery::{self, copy_replay, Attached, NotReplayed};
+use crate::connection::ConnectionHandle;
+use crate::delivery::{self, copy_replay, Attached, NotReplayed, StreamSlot};
 use crate::error::ApiError;
-use crate::extract::{sse_cursor, Body, SessionEntry};
+use crate::extract::{sse_cursor, JsonBody, SessionEntry};
 use crate::metrics::Stage;
 use crate::state::AppState;
 use axum::extract::{Query, State};
+use axum::Extension;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::Json;
@@ -21,7 +23,7 @@ use std::sync::Arc;
 pub(crate) async fn emit(
     State(AppState(state)): State<AppState>,
     SessionEntry { entry, .. }: SessionEntry,
-    Body(bytes): Body,
+    JsonBody(bytes): JsonBody,
 ) -> Result<(StatusCode, Json<Emitted>), ApiError> {
     // JSON text is UTF-8 (RFC 8259); `IgnoredAny` skips strings unchecked.
     let text = std::str::from_utf8(&bytes)
@@ -54,10 +56,12 @@ pub(crate) async fn emit(
 pub(crate) async fn open_sse(
     State(AppState(state)): State<AppState>,
     SessionEntry { entry, .. }: SessionEntry,
+    connection: Option<Extension<ConnectionHandle>>,
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let cursor = sse_cursor(&entry.session, &headers, &query)?;
+    let slot = StreamSlot::take(&state, &entry)?;
     let (grant, attachment) = entry
         .session
         .resume_sse(cursor)
@@ -65,7 +69,7 @@ pub(crate) async fn open_sse(
             state.metrics.refused(Stage::SseResume, &refusal);
             ApiError::Refused(refusal)
         })?;
-    let attached = Attached::new(Arc::clone(&entry), attachment);
+    let attached = Attached::new(Arc::clone(&state), slot, attachment);
     // Copied now, so a gap is still a 409 rather than a broken stream.
     let replay = copy_replay(
         &state,
@@ -78,7 +82,11 @@ pub(crate) async fn open_sse(
         NotReplayed::Gap(refusal) => ApiError::Refused(refusal),
         NotReplayed::Ahead => ApiError::Internal("replay ran ahead of the watermark".into()),
     })?;
-    let (transport, response) = delivery::sse::open();
-    tokio::spawn(delivery::deliver(state, attached, replay, transport));
+    let connection = connection.map(|Extension(handle)| handle);
+    let (transport, response) = delivery::sse::open(state.config.sse_retry, connection);
+    let task = state
+        .lifecycle
+        .track(delivery::deliver(Arc::clone(&state), attached, replay, transport));
+    tokio::spawn(task);
     Ok(response)
 }

@@ -2,7 +2,7 @@
 //! `GET /session/{id}/ws?ticket=T` (the WebSocket: first frames exactly
 //! `cursor + 1 ..= replay_to`, then live).
 
-use crate::delivery::{self, copy_replay, Attached, NotReplayed};
+use crate::delivery::{self, copy_replay, Attached, NotReplayed, StreamSlot};
 use crate::error::ApiError;
 use crate::extract::{CursorJson, SessionEntry};
 use crate::ids::random_bytes;
@@ -55,7 +55,10 @@ pub(crate) async fn websocket(
     let ticket = query
         .get("ticket")
         .ok_or_else(|| ApiError::BadRequest("missing ?ticket=".into()))?;
-    let upgrade = upgrade.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let upgrade = upgrade
+        .map_err(|e| ApiError::BadRequest(e.body_text()))?
+        .max_message_size(state.config.ws_max_message)
+        .max_frame_size(state.config.ws_max_message);
     let refuse = |refusal: Refusal| {
         state.metrics.refused(Stage::Migration, &refusal);
         refusal
@@ -64,6 +67,7 @@ pub(crate) async fn websocket(
     let Ok(ticket) = ticket.parse::<Ticket>() else {
         return Err(ApiError::Refused(refuse(Refusal::BadTicket)));
     };
+    let slot = StreamSlot::take(&state, &entry)?;
     let (grant, attachment) = match entry.session.complete_upgrade(&ticket, Instant::now()) {
         Ok(granted) => granted,
         // The gap was evicted since the grant: the handshake completes and
@@ -78,7 +82,7 @@ pub(crate) async fn websocket(
         .metrics
         .migrations_completed
         .fetch_add(1, Ordering::Relaxed);
-    let attached = Attached::new(Arc::clone(&entry), attachment);
+    let attached = Attached::new(Arc::clone(&state), slot, attachment);
     match copy_replay(
         &state,
         &attached,
@@ -87,8 +91,9 @@ pub(crate) async fn websocket(
         Stage::Migration,
     ) {
         Ok(replay) => Ok(upgrade.on_upgrade(move |socket| {
-            let transport = delivery::ws::WsTransport::new(socket);
-            delivery::deliver(state, attached, replay, transport)
+            let transport = delivery::ws::WsTransport::new(socket, &state.config);
+            let lifecycle = &state.lifecycle;
+            lifecycle.track(delivery::deliver(Arc::clone(&state), attached, replay, transport))
         })),
         Err(NotReplayed::Gap(refusal)) => Ok(close_with_gap(upgrade, refusal)),
         Err(NotReplayed::Ahead) => Err(ApiError::Internal(

@@ -4,19 +4,27 @@
 use crate::error::ApiError;
 use crate::extract::{CursorJson, SessionEntry};
 use crate::ids::SessionId;
-use crate::state::AppState;
+use crate::state::{AppState, CreateError};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use gapless_client::wire::{Created, StateView};
 use std::sync::atomic::Ordering;
 
+/// The `Retry-After` of `503 too_many_sessions`.
+const RETRY_AFTER_SECS: u64 = 5;
+
 pub(crate) async fn create(
     State(AppState(state)): State<AppState>,
 ) -> Result<(StatusCode, Json<Created>), ApiError> {
-    let (id, entry) = state
-        .create_session()
-        .map_err(|error| ApiError::Internal(error.to_string()))?;
+    let (id, entry) = state.create_session().map_err(|error| match error {
+        // Sessions end on DELETE and on idle expiry; a few seconds is a
+        // fair first wait.
+        CreateError::TooMany => ApiError::TooManySessions {
+            retry_after_secs: RETRY_AFTER_SECS,
+        },
+        other => ApiError::Internal(other.to_string()),
+    })?;
     state
         .metrics
         .sessions_created
@@ -49,23 +57,17 @@ pub(crate) async fn delete(
     // Not the `SessionEntry` extractor: the removal itself is the lookup,
     // so two concurrent deletes cannot both succeed.
     let id: SessionId = id.parse().map_err(|_| ApiError::NoSuchSession)?;
-    let entry = state.sessions.remove(&id).ok_or(ApiError::NoSuchSession)?;
-    entry.session.close();
-    entry.notify_changed();
+    state.end_session(&id).ok_or(ApiError::NoSuchSession)?;
     state
         .metrics
         .sessions_deleted
         .fetch_add(1, Ordering::Relaxed);
-    let stats = entry.session.ring().stats();
-    state
-        .metrics
-        .evicted_in_deleted
-        .fetch_add(stats.evicted, Ordering::Relaxed);
-    state
-        .metrics
-        .wrap_waits_in_deleted
-        .fetch_add(stats.wrap_waits, Ordering::Relaxed);
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /healthz`: the process serves requests.
+pub(crate) async fn healthz() -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "status": "ok" }))
 }
 
 pub(crate) async fn ack(

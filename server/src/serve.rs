@@ -1,0 +1,235 @@
+//! The accept loop: one hyper HTTP/1.1 connection task per client, at most
+//! `max_connections` of them, each with a header-read timeout and a handle
+//! that lets a stream drop it; and the two-phase shutdown.
+//!
+//! Shutdown: when the signal turns true the loop stops accepting, every
+//! connection finishes its request in flight and closes, every stream ends
+//! cleanly (SSE bodies end, WebSockets close with 1001). What is still open
+//! after `shutdown_grace` — a client that stopped reading cannot take its
+//! last bytes — is dropped (the hard stop), so shutdown always ends.
+
+use crate::config::ServerConfig;
+use crate::connection::ConnectionHandle;
+use crate::metrics::Limit;
+use crate::routes::router;
+use crate::state::{turned_true, AppState, Shared};
+use axum::extract::Request;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinHandle;
+use tower::ServiceExt;
+
+/// How long a refused connection gets to take its `503`.
+const REFUSAL_WRITE: Duration = Duration::from_secs(1);
+
+/// A pause after an accept error (out of file descriptors, say), so the
+/// loop does not spin while the condition lasts.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+/// A server running on a tokio runtime.
+pub struct RunningServer {
+    addr: SocketAddr,
+    shutdown: watch::Sender<bool>,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+impl RunningServer {
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://ADDR`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Shuts down (see the module docs) and waits until the server stopped:
+    /// at most the shutdown grace plus the time to drop what is left.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        match self.task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::warn!(%error, "server stopped with an error"),
+            Err(error) => tracing::warn!(%error, "server task failed"),
+        }
+    }
+}
+
+/// Binds `addr` and serves on the current tokio runtime until
+/// [`RunningServer::shutdown`].
+///
+/// # Errors
+/// The bind's I/O error.
+pub async fn spawn(config: ServerConfig, addr: SocketAddr) -> std::io::Result<RunningServer> {
+    let listener = TcpListener::bind(addr).await?;
+    let addr = listener.local_addr()?;
+    let (shutdown, on_shutdown) = watch::channel(false);
+    let task = tokio::spawn(serve(listener, config, on_shutdown));
+    Ok(RunningServer {
+        addr,
+        shutdown,
+        task,
+    })
+}
+
+/// Serves on `listener` until `shutdown` turns true, then shuts down (see
+/// the module docs).
+///
+/// # Errors
+/// None today: accept errors are logged and retried. The `Result` leaves
+/// room for a listener that can fail for good.
+pub async fn serve(
+    listener: TcpListener,
+    config: ServerConfig,
+    shutdown: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    serve_state(listener, AppState::new(config, shutdown)).await
+}
+
+/// [`serve`] with a state the caller built (and may share, say to read
+/// it in its own routes).
+///
+/// # Errors
+/// As [`serve`].
+pub async fn serve_state(listener: TcpListener, state: AppState) -> std::io::Result<()> {
+    let shared = Arc::clone(&state.0);
+    let app = router(state);
+    let connections = Arc::new(Semaphore::new(shared.config.max_connections));
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(shared.config.header_read_timeout);
+    let mut shutdown = shared.lifecycle.shutdown.clone();
+    loop {
+        let tcp = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _peer)) => tcp,
+                Err(error) => {
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                }
+            },
+            () = turned_true(&mut shutdown) => break,
+        };
+        // Events are small writes that must leave at once: no Nagle delay.
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::debug!(%error, "could not set TCP_NODELAY");
+        }
+        let Ok(permit) = Arc::clone(&connections).try_acquire_owned() else {
+            shared.metrics.tripped(Limit::Connections);
+            tokio::spawn(refuse(tcp));
+            continue;
+        };
+        let handle = ConnectionHandle::default();
+        let service = {
+            let handle = handle.clone();
+            let app = app.clone();
+            tower::service_fn(move |mut request: Request<Incoming>| {
+                request.extensions_mut().insert(handle.clone());
+                app.clone().oneshot(request)
+            })
+        };
+        let connection = http
+            .serve_connection(TokioIo::new(tcp), TowerToHyperService::new(service))
+            .with_upgrades();
+        let task = run_connection(connection, handle, Arc::clone(&shared));
+        let task = async move {
+            task.await;
+            drop(permit);
+        };
+        tokio::spawn(shared.lifecycle.track(task));
+    }
+    drop(listener);
+    stop(&shared).await;
+    Ok(())
+}
+
+/// Drives one connection until it ends, the shutdown asks it to finish, or
+/// a stream drops it.
+async fn run_connection<C>(connection: C, handle: ConnectionHandle, shared: Arc<Shared>)
+where
+    C: std::future::Future<Output = Result<(), hyper::Error>> + GracefulConnection,
+{
+    tokio::pin!(connection);
+    let mut shutdown = shared.lifecycle.shutdown.clone();
+    let mut draining = false;
+    loop {
+        tokio::select! {
+            result = connection.as_mut() => {
+                if let Err(error) = result {
+                    if error.is_timeout() {
+                        shared.metrics.tripped(Limit::HeaderReadTimeout);
+                    }
+                    tracing::debug!(%error, "connection ended with an error");
+                }
+                return;
+            }
+            () = turned_true(&mut shutdown), if !draining => {
+                connection.as_mut().graceful();
+                draining = true;
+            }
+            () = handle.closed() => return,
+        }
+    }
+}
+
+/// A connection that can be asked to finish its request in flight and
+/// close.
+trait GracefulConnection {
+    fn graceful(self: std::pin::Pin<&mut Self>);
+}
+
+impl<I, S> GracefulConnection for hyper::server::conn::http1::UpgradeableConnection<I, S>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    S: hyper::service::HttpService<Incoming>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    S::ResBody: hyper::body::Body + Send + 'static,
+    <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    fn graceful(self: std::pin::Pin<&mut Self>) {
+        self.graceful_shutdown();
+    }
+}
+
+/// Answers a connection over the limit with `503 too_many_connections` and
+/// closes it.
+async fn refuse(mut tcp: TcpStream) {
+    const BODY: &str = r#"{"error":"too_many_connections"}"#;
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{BODY}",
+        BODY.len()
+    );
+    let _ = tokio::time::timeout(REFUSAL_WRITE, async {
+        let _ = tcp.write_all(answer.as_bytes()).await;
+        let _ = tcp.shutdown().await;
+    })
+    .await;
+}
+
+/// The shutdown after the accept loop: wait for every tracked task (the
+/// connections draining, the streams ending) up to the grace, then the hard
+/// stop drops what is left.
+async fn stop(shared: &Shared) {
+    let lifecycle = &shared.lifecycle;
+    lifecycle.tasks.close();
+    if tokio::time::timeout(shared.config.shutdown_grace, lifecycle.tasks.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            open = lifecycle.tasks.len(),
+            "shutdown grace over; dropping what is still open"
+        );
+        let _ = lifecycle.hard_stop.send(true);
+        lifecycle.tasks.wait().await;
+    }
+}
