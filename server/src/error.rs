@@ -61,9 +61,11 @@ impl IntoResponse for ApiError {
             ),
             Self::TooManyStreams => (StatusCode::TOO_MANY_REQUESTS, Failure::TooManyStreams),
             Self::TooManySessions { retry_after_secs } => {
-                let mut response =
-                    (StatusCode::SERVICE_UNAVAILABLE, Json(Failure::TooManySessions))
-                        .into_response();
+                let mut response = (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    Json(Failure::TooManySessions),
+                )
+                    .into_response();
                 response
                     .headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));

@@ -24,9 +24,9 @@ const ERROR_BODY_LIMIT: usize = 4 << 10;
 pub fn with_layers(router: Router, state: &AppState) -> Router {
     let shared = Arc::clone(&state.0);
     let router = router
-        .layer(CatchPanicLayer::custom(move |panic: Box<dyn Any + Send>| {
-            panicked(&shared, panic)
-        }))
+        .layer(CatchPanicLayer::custom(
+            move |panic: Box<dyn Any + Send>| panicked(&shared, panic),
+        ))
         .layer(axum::middleware::map_response(json_errors))
         .layer(
             TraceLayer::new_for_http()
@@ -151,7 +151,10 @@ fn cors(origins: &[String]) -> Option<CorsLayer> {
         CorsLayer::new()
             .allow_origin(AllowOrigin::list(origins))
             .allow_methods([Method::GET, Method::POST, Method::DELETE])
-            .allow_headers([header::CONTENT_TYPE, header::HeaderName::from_static("last-event-id")]),
+            .allow_headers([
+                header::CONTENT_TYPE,
+                header::HeaderName::from_static("last-event-id"),
+            ]),
     )
 }
 

@@ -57,4 +57,3 @@ pub use layers::with_layers;
 pub use routes::{router, routes};
 pub use serve::{serve, serve_state, spawn, RunningServer};
 pub use state::AppState;
-

@@ -172,7 +172,9 @@ impl Shared {
                 && entry.streams.load(Ordering::Acquire) == 0
                 && now.saturating_sub(entry.last_active_ms.load(Ordering::Relaxed)) > idle_ms;
             if idle && self.end_session(&id).is_some() {
-                self.metrics.sessions_expired.fetch_add(1, Ordering::Relaxed);
+                self.metrics
+                    .sessions_expired
+                    .fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(session = %id, "idle session ended");
             }
         }

@@ -277,9 +277,13 @@ pub(crate) async fn deliver(
         };
         match events {
             Ok(events) => {
-                let Some(last) = events.last().map(|e| e.seq) else { continue };
+                let Some(last) = events.last().map(|e| e.seq) else {
+                    continue;
+                };
                 session.record_sent(last);
-                match tokio::time::timeout(write_timeout, transport.send_events(epoch, &events)).await {
+                match tokio::time::timeout(write_timeout, transport.send_events(epoch, &events))
+                    .await
+                {
                     Ok(Ok(())) => {}
                     Ok(Err(why)) => return gone(why),
                     Err(_) => {
@@ -289,7 +293,9 @@ pub(crate) async fn deliver(
                     }
                 }
                 let replayed = events.iter().filter(|e| e.seq <= replay_to).count() as u64;
-                metrics.events_replayed.fetch_add(replayed, Ordering::Relaxed);
+                metrics
+                    .events_replayed
+                    .fetch_add(replayed, Ordering::Relaxed);
                 metrics
                     .events_streamed
                     .fetch_add(events.len() as u64 - replayed, Ordering::Relaxed);
@@ -297,7 +303,9 @@ pub(crate) async fn deliver(
             Err(ReplayError::Gap(gap)) => {
                 metrics.lapped_readers.fetch_add(1, Ordering::Relaxed);
                 session.gap_reported(gap.first_retained);
-                let _ = tokio::time::timeout(write_timeout, transport.send_gap(&Refusal::from(gap))).await;
+                let _ =
+                    tokio::time::timeout(write_timeout, transport.send_gap(&Refusal::from(gap)))
+                        .await;
                 return;
             }
             // A follower never reads past the watermark.

@@ -41,7 +41,10 @@ pub(crate) struct SseTransport {
 
 /// A `200 text/event-stream` response that starts with `retry: <ms>`, and
 /// the transport that feeds it.
-pub(crate) fn open(retry: Duration, connection: Option<ConnectionHandle>) -> (SseTransport, Response) {
+pub(crate) fn open(
+    retry: Duration,
+    connection: Option<ConnectionHandle>,
+) -> (SseTransport, Response) {
     let (tx, rx) = mpsc::channel::<Bytes>(QUEUE_CHUNKS);
     let mut keepalive = interval(KEEPALIVE);
     keepalive.set_missed_tick_behavior(MissedTickBehavior::Delay);

@@ -9,9 +9,9 @@ use crate::extract::{sse_cursor, JsonBody, SessionEntry};
 use crate::metrics::Stage;
 use crate::state::AppState;
 use axum::extract::{Query, State};
-use axum::Extension;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
+use axum::Extension;
 use axum::Json;
 use gapless::session::Refusal;
 use gapless::{EmitError, EventId};
@@ -84,9 +84,12 @@ pub(crate) async fn open_sse(
     })?;
     let connection = connection.map(|Extension(handle)| handle);
     let (transport, response) = delivery::sse::open(state.config.sse_retry, connection);
-    let task = state
-        .lifecycle
-        .track(delivery::deliver(Arc::clone(&state), attached, replay, transport));
+    let task = state.lifecycle.track(delivery::deliver(
+        Arc::clone(&state),
+        attached,
+        replay,
+        transport,
+    ));
     tokio::spawn(task);
     Ok(response)
 }

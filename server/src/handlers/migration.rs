@@ -93,7 +93,12 @@ pub(crate) async fn websocket(
         Ok(replay) => Ok(upgrade.on_upgrade(move |socket| {
             let transport = delivery::ws::WsTransport::new(socket, &state.config);
             let lifecycle = &state.lifecycle;
-            lifecycle.track(delivery::deliver(Arc::clone(&state), attached, replay, transport))
+            lifecycle.track(delivery::deliver(
+                Arc::clone(&state),
+                attached,
+                replay,
+                transport,
+            ))
         })),
         Err(NotReplayed::Gap(refusal)) => Ok(close_with_gap(upgrade, refusal)),
         Err(NotReplayed::Ahead) => Err(ApiError::Internal(

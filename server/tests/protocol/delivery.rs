@@ -215,7 +215,11 @@ async fn payloads_cannot_inject_sse_fields_and_come_back_byte_identical() {
         }
         // The server's own `retry:` (the default 1000 ms) and nothing a
         // payload tried to inject (`retry: 1`).
-        assert_eq!(sse.parser().retry(), Some(1000), "a payload injected `retry:`");
+        assert_eq!(
+            sse.parser().retry(),
+            Some(1000),
+            "a payload injected `retry:`"
+        );
         drop(sse);
 
         let grant = client

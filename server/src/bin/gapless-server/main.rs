@@ -4,14 +4,11 @@
 
 mod churn;
 mod plan;
+mod serve_args;
 
 use clap::{Parser, Subcommand};
-use gapless_server::{serve, ServerConfig};
-use std::io::Write as _;
-use std::net::SocketAddr;
+use serve_args::ServeArgs;
 use std::process::ExitCode;
-use tokio::net::TcpListener;
-use tokio::sync::watch;
 
 #[derive(Parser)]
 #[command(
@@ -27,23 +24,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the protocol of docs/PROTOCOL.md.
-    Serve {
-        /// Address to listen on; port 0 picks a free port.
-        #[arg(long, default_value = "127.0.0.1:7070")]
-        addr: SocketAddr,
-        /// Events retained per session.
-        #[arg(long, default_value_t = 4096)]
-        ring_events: usize,
-        /// Payload bytes retained per session.
-        #[arg(long, default_value_t = 4 << 20)]
-        ring_bytes: usize,
-        /// Refuse upgrades whose cursor differs from the acked cursor.
-        #[arg(long)]
-        strict: bool,
-        /// Largest request body, in bytes.
-        #[arg(long, default_value_t = 1 << 20)]
-        max_body: usize,
-    },
+    Serve(ServeArgs),
     /// The main job: the server under churn, driven in-process by clients
     /// that drop, resume and migrate with true, stale and echoed cursors.
     /// Exits non-zero if any client saw a silent gap.
@@ -86,14 +67,20 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // `serve` logs each request (method, path with the ticket redacted,
+    // status, latency); the in-process runs only warnings. RUST_LOG wins.
+    let default_filter = match cli.command {
+        Command::Serve(_) => "info",
+        _ => "warn",
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
         )
         .init();
-    let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -105,30 +92,7 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Command::Serve {
-            addr,
-            ring_events,
-            ring_bytes,
-            strict,
-            max_body,
-        } => {
-            let config = ServerConfig {
-                ring_events,
-                ring_bytes,
-                strict,
-                max_body,
-                ..ServerConfig::default()
-            };
-            if let Err(error) = gapless::Config::default()
-                .events(ring_events)
-                .bytes(ring_bytes)
-                .geometry()
-            {
-                eprintln!("error: {error}");
-                return ExitCode::from(2);
-            }
-            runtime.block_on(run_serve(addr, config))
-        }
+        Command::Serve(args) => runtime.block_on(args.run()),
         Command::Churn {
             sessions,
             duration,
@@ -226,58 +190,4 @@ fn plan(workload: plan::Workload) -> ExitCode {
         println!("warning         the rate exceeds what one emitter thread sustains here");
     }
     ExitCode::SUCCESS
-}
-
-async fn run_serve(addr: SocketAddr, config: ServerConfig) -> ExitCode {
-    let listener = match TcpListener::bind(addr).await {
-        Ok(listener) => listener,
-        Err(error) => {
-            eprintln!("error: cannot listen on {addr}: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let local = match listener.local_addr() {
-        Ok(local) => local,
-        Err(error) => {
-            eprintln!("error: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let (stop, on_stop) = watch::channel(false);
-    tokio::spawn(async move {
-        shutdown_signal().await;
-        let _ = stop.send(true);
-    });
-    let mut stdout = std::io::stdout();
-    let _ = writeln!(stdout, "listening on http://{local}");
-    let _ = stdout.flush();
-    match serve(listener, config, on_stop).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("error: {error}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = terminate => {}
-    }
 }
