@@ -10,6 +10,7 @@
 
 mod bad_input;
 mod delivery;
+mod limits;
 mod metrics;
 mod migrating_client;
 mod migration_cases;

@@ -275,3 +275,40 @@ pub async fn scrape(client: &Client) -> Metrics {
         std::str::from_utf8(&raw.body).unwrap_or_else(|e| panic!("GET /metrics is not UTF-8: {e}"));
     Metrics::parse(text).unwrap_or_else(|e| panic!("GET /metrics: {e}"))
 }
+
+/// Polls `condition` every 10 ms until it holds or `within` passes; the
+/// wait is bounded and the loop is the synchronisation (no fixed sleep).
+pub async fn eventually<F, Fut>(what: &str, within: Duration, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    while !condition().await {
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await; // polling, bounded
+    }
+}
+
+/// A `limits_tripped_total{kind}` figure from `/metrics`.
+pub async fn tripped(client: &Client, kind: &str) -> f64 {
+    scrape(client)
+        .await
+        .value("gapless_limits_tripped_total", &[("kind", kind)])
+        .unwrap_or_else(|| panic!("/metrics has no limits_tripped_total{{kind={kind:?}}}"))
+}
+
+/// An SSE request written by hand on a raw socket that is then never read:
+/// a client that stopped reading.
+pub async fn stalled_sse(server: &RunningServer, session: &str) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut tcp = tokio::net::TcpStream::connect(server.addr())
+        .await
+        .expect("connect");
+    let request = format!(
+        "GET /session/{session}/events HTTP/1.1\r\nhost: {}\r\naccept: text/event-stream\r\n\r\n",
+        server.addr()
+    );
+    tcp.write_all(request.as_bytes()).await.expect("request");
+    tcp
+}
