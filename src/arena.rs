@@ -6,24 +6,35 @@
 //! still valid, is the ring's protocol; the arena only stores and copies
 //! words, with `Relaxed` atomics between the fences the ring issues
 //! (Boehm's seqlock recipe).
+//!
+//! The words are allocated zeroed ([`zeroed_slice`]): all of them up front,
+//! so a ring's memory never grows or moves, but resident only as they are
+//! written, so an idle ring costs the pages its few events touched rather
+//! than its whole arena.
 
 use crate::sync::{AtomicU64, Ordering};
 
 /// The word arena.
 pub(crate) struct Arena {
     /// Payload storage; read and written only with `Relaxed` atomics inside
-    /// the ring's fences.
+    /// the ring's fences. Every word is 0 until first written (a fresh
+    /// arena holds no record, and a record's last word is zero-padded
+    /// anyway). Allocated once, in full, by [`zeroed_slice`]: the pages are
+    /// reserved at construction and become resident as emits first write
+    /// them, so residency follows use up to the full arena, never beyond
+    /// it.
     words: Box<[AtomicU64]>,
     /// `words.len() - 1`.
     mask: u64,
 }
 
 impl Arena {
-    /// An arena of `words` words, a power of two.
+    /// An arena of `words` words, a power of two, all 0: allocated in full
+    /// now, resident as written (see [`zeroed_slice`]).
     pub(crate) fn new(words: usize) -> Self {
         debug_assert!(words.is_power_of_two());
         Self {
-            words: (0..words).map(|_| AtomicU64::new(0)).collect(),
+            words: zeroed_slice(words, || AtomicU64::new(0)),
             mask: words as u64 - 1,
         }
     }
@@ -92,6 +103,53 @@ impl Arena {
     }
 }
 
+/// `len` values of `T`, each the all-zero value that `zero` builds.
+///
+/// Allocated in one piece with the allocator's zeroed allocation
+/// (`alloc_zeroed`, through `bytemuck`, so the engine stays free of
+/// `unsafe`), which takes large blocks fresh from the OS (`calloc` →
+/// `mmap`): their pages read as zero without being written, and become
+/// resident only when first written. Writing each value here instead, as
+/// `(0..len).map(|_| zero()).collect()` does, would make the whole block
+/// resident at construction: 8 MiB for a 4 MiB ring that holds a handful of
+/// events. The block is never grown or reallocated; a full ring is resident
+/// up to its [`Geometry::footprint`](crate::Geometry::footprint) and no
+/// further.
+///
+/// Fresh pages are the allocator's to give. glibc's `calloc` gives them
+/// for blocks above its mmap threshold (and from a freshly grown heap),
+/// but once a block of a ring's size has been freed it raises that
+/// threshold (up to 32 MiB) and serves such blocks from its heap, zeroing
+/// reused memory by writing it: under ring churn, idle rings then cost
+/// megabytes again (see benches/memory.rs). A process that churns rings
+/// fixes the threshold (`MALLOC_MMAP_THRESHOLD_=131072` or `mallopt`) or
+/// uses an allocator that zeroes by returning pages to the OS.
+///
+/// `T` is aligned to at most 8 bytes: the system allocator zeroes blocks
+/// of larger alignment by writing them, making them resident at once.
+/// Aborts like `Vec` (`handle_alloc_error`) when the allocation fails.
+#[cfg(not(loom))]
+pub(crate) fn zeroed_slice<T: bytemuck::Zeroable>(len: usize, _zero: impl Fn() -> T) -> Box<[T]> {
+    const { assert!(std::mem::align_of::<T>() <= 8) };
+    bytemuck::try_zeroed_slice_box(len).unwrap_or_else(|()| {
+        match std::alloc::Layout::array::<T>(len) {
+            Ok(layout) => std::alloc::handle_alloc_error(layout),
+            Err(_) => panic!(
+                "{len} values of {} overflow isize",
+                std::any::type_name::<T>()
+            ),
+        }
+    })
+}
+
+/// `len` values of `T`, each built by `zero`. Under loom, whose atomics are
+/// not plain memory (and not `Zeroable`), one by one: the same initial
+/// state, element by element.
+#[cfg(loom)]
+pub(crate) fn zeroed_slice<T>(len: usize, zero: impl Fn() -> T) -> Box<[T]> {
+    (0..len).map(|_| zero()).collect()
+}
+
 /// An 8-byte chunk as the little-endian word that stores it.
 fn le_word(chunk: &[u8]) -> u64 {
     u64::from_le_bytes(chunk.try_into().unwrap_or_default())
@@ -105,6 +163,13 @@ pub(crate) const fn words_for(len: usize) -> u64 {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fresh_arena_is_all_zero_words() {
+        let arena = Arena::new(1 << 12);
+        assert_eq!(arena.len(), 1 << 12);
+        assert!(arena.copy_words(0, 1 << 12).iter().all(|&b| b == 0));
+    }
 
     #[test]
     fn round_trips_bytes_across_the_wrap() {

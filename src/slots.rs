@@ -17,26 +17,29 @@
 //! [`Slots::index`]) so that concurrent emitters of seq `s` and `s + 1` do not
 //! false-share.
 
+use crate::arena::zeroed_slice;
 use crate::sync::{AtomicU64, Ordering};
 
+/// Words per slot: the stamp, the location's position and length, and one
+/// spare, so that a slot is 32 bytes and, aligned to 32, never straddles a
+/// cache line.
+const SLOT_WORDS: usize = 4;
 /// Bytes of memory per slot.
-pub(crate) const SLOT_BYTES: usize = std::mem::size_of::<Slot>();
+pub(crate) const SLOT_BYTES: usize = SLOT_WORDS * 8;
 
 /// How many slots share a 128-byte line pair (`SLOT_BYTES` is 32).
 const SPREAD: usize = 4;
 
-/// One index entry.
-#[repr(align(32))]
-struct Slot {
-    /// The committed seq whose location the fields hold; 0 (never emitted)
-    /// in a fresh slot. Stored last, with `Release`, by that seq's emitter.
-    stamp: AtomicU64,
-    /// Virtual word position of the payload's first word. Written only by
-    /// the emitter of the seq that owns the slot, before its stamp.
-    pos: AtomicU64,
-    /// Payload length in bytes. Written under the same rule as `pos`.
-    len: AtomicU64,
-}
+/// One index entry: `SLOT_WORDS` words of [`Slots::words`], all 0 in a
+/// fresh slot. Destructured as `[stamp, pos, len, _spare]`:
+///
+/// - `stamp`: the committed seq whose location the next two words hold; 0
+///   (never emitted) in a fresh slot. Stored last, with `Release`, by that
+///   seq's emitter.
+/// - `pos`: virtual word position of the payload's first word. Written only
+///   by the emitter of the seq that owns the slot, before its stamp.
+/// - `len`: payload length in bytes. Written under the same rule as `pos`.
+type Slot = [AtomicU64; SLOT_WORDS];
 
 /// Where a record lives, as read from its slot. May be torn if the slot was
 /// reused during the read; readers validate against the claim word.
@@ -57,11 +60,23 @@ impl Location {
 
 /// The index ring.
 pub(crate) struct Slots {
-    /// `mask + 1` slots, a power of two.
-    slots: Box<[Slot]>,
-    /// `slots.len() - 1`.
+    /// The slots: `mask + 1` of them (a power of two), [`SLOT_WORDS`] words
+    /// each, from word `first`; all 0 (fresh) until their first seq is
+    /// written.
+    ///
+    /// Allocated once, in full, by [`zeroed_slice`], so resident only as
+    /// emits first write them (a few pages for a ring holding a few events)
+    /// and never grown. Hence plain words rather than a
+    /// `#[repr(align(32))]` slot type: the allocator zeroes blocks aligned
+    /// above 16 bytes by writing them, which would make every slot
+    /// resident at once; instead the slots start at the first word on a
+    /// 32-byte boundary (up to `SLOT_WORDS - 1` spare words before it).
+    words: Box<[AtomicU64]>,
+    /// Index of the slots' first word in `words`: 32-byte aligned.
+    first: usize,
+    /// Slots minus one.
     mask: u64,
-    /// log2 of `slots.len() / SPREAD` when spreading, else 0.
+    /// log2 of `(mask + 1) / SPREAD` when spreading, else 0.
     quarter_shift: u32,
     /// Whether consecutive seqs are spread over cache lines (rings of at
     /// least `SPREAD * SPREAD` slots).
@@ -70,6 +85,7 @@ pub(crate) struct Slots {
 
 impl Slots {
     /// `count` fresh slots; `count` is a power of two, at least 2.
+    /// Allocated in full now, resident as written (see [`zeroed_slice`]).
     pub(crate) fn new(count: usize) -> Self {
         debug_assert!(count.is_power_of_two() && count >= 2);
         let spread = count >= SPREAD * SPREAD;
@@ -78,14 +94,20 @@ impl Slots {
         } else {
             0
         };
+        let words = zeroed_slice(count * SLOT_WORDS + SLOT_WORDS - 1, || AtomicU64::new(0));
+        // The first word on a slot boundary. Under loom, whose atomics are
+        // not single words, any start will do (0 if none is aligned): the
+        // layout matters only to the cache there is no model of.
+        let first = (0..SLOT_WORDS)
+            .find(|&i| {
+                words
+                    .get(i)
+                    .is_some_and(|word| std::ptr::from_ref(word).addr() % SLOT_BYTES == 0)
+            })
+            .unwrap_or(0);
         Self {
-            slots: (0..count)
-                .map(|_| Slot {
-                    stamp: AtomicU64::new(0),
-                    pos: AtomicU64::new(0),
-                    len: AtomicU64::new(0),
-                })
-                .collect(),
+            words,
+            first,
             mask: count as u64 - 1,
             quarter_shift,
             spread,
@@ -114,23 +136,24 @@ impl Slots {
     /// length); an `Option` so that no bounds-check panic exists in the
     /// emit path, where nothing may panic between claim and commit.
     fn slot(&self, seq: u64) -> Option<&Slot> {
-        self.slots.get(self.index(seq))
+        let start = self.first + self.index(seq) * SLOT_WORDS;
+        self.words.get(start..start + SLOT_WORDS)?.try_into().ok()
     }
 
     /// Records where `seq`'s payload is. The caller emits `seq`, has claimed
     /// it, waited for the slot's previous record to leave the reserve, and
     /// issued `fence(Release)` since the claim.
     pub(crate) fn set_location(&self, seq: u64, location: Location) {
-        if let Some(slot) = self.slot(seq) {
-            slot.pos.store(location.pos, Ordering::Relaxed);
-            slot.len.store(location.len, Ordering::Relaxed);
+        if let Some([_, pos, len, _]) = self.slot(seq) {
+            pos.store(location.pos, Ordering::Relaxed);
+            len.store(location.len, Ordering::Relaxed);
         }
     }
 
     /// Marks `seq` committed: its payload and location are in place.
     pub(crate) fn commit(&self, seq: u64) {
-        if let Some(slot) = self.slot(seq) {
-            slot.stamp.store(seq, Ordering::Release);
+        if let Some([stamp, ..]) = self.slot(seq) {
+            stamp.store(seq, Ordering::Release);
         }
     }
 
@@ -138,7 +161,7 @@ impl Slots {
     /// (see `Ring::publish`).
     pub(crate) fn is_committed(&self, seq: u64) -> bool {
         self.slot(seq)
-            .is_some_and(|slot| slot.stamp.load(Ordering::SeqCst) == seq)
+            .is_some_and(|[stamp, ..]| stamp.load(Ordering::SeqCst) == seq)
     }
 
     /// The location fields of `seq`'s slot, as they are now: `seq`'s if it
@@ -146,9 +169,9 @@ impl Slots {
     /// validates after `fence(Acquire)`.
     pub(crate) fn locate(&self, seq: u64) -> Location {
         self.slot(seq)
-            .map_or_else(Location::default, |slot| Location {
-                pos: slot.pos.load(Ordering::Relaxed),
-                len: slot.len.load(Ordering::Relaxed),
+            .map_or_else(Location::default, |[_, pos, len, _]| Location {
+                pos: pos.load(Ordering::Relaxed),
+                len: len.load(Ordering::Relaxed),
             })
     }
 }
@@ -156,6 +179,20 @@ impl Slots {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fresh_slots_are_all_zero_and_aligned() {
+        for count in [2usize, 4, 1 << 10] {
+            let slots = Slots::new(count);
+            for seq in 0..count as u64 {
+                let slot = slots.slot(seq).expect("every seq has a slot");
+                assert_eq!(std::ptr::from_ref(slot).addr() % SLOT_BYTES, 0);
+                assert!(slot.iter().all(|word| word.load(Ordering::Relaxed) == 0));
+                assert_eq!(slots.locate(seq), Location::default());
+                assert_eq!(slots.is_committed(seq), seq == 0);
+            }
+        }
+    }
 
     #[test]
     fn index_is_a_permutation_that_spreads_neighbours() {
