@@ -292,6 +292,7 @@ proptest! {
         cuts in prop::collection::vec(any::<Index>(), 0..8),
         bom in any::<bool>(),
     ) {
+        prop_assert!(decoders::oracle_conforms_on(&stream));
         let theirs = decoders::oracle(&split(&stream, &cuts))
             .map_err(|e| TestCaseError::fail(format!("eventsource-stream: {e}")))?;
         let theirs: Vec<Dispatched> = theirs.iter().map(Dispatched::from).collect();

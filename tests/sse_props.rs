@@ -37,6 +37,11 @@ struct ReadBack {
 
 /// Reads `stream` back with both decoders and checks that they agree.
 fn read_back(stream: &[u8]) -> Result<ReadBack, TestCaseError> {
+    prop_assert!(
+        decoders::oracle_conforms_on(stream),
+        "a stream eventsource-stream misreads: {:?}",
+        String::from_utf8_lossy(stream)
+    );
     let (ours, parser) = decoders::parse(&[stream]);
     let theirs = decoders::oracle(&[stream]).map_err(|e| {
         TestCaseError::fail(format!(
