@@ -14,19 +14,19 @@
 //!    its streaming grammar waits for a possible LF and the stream ends
 //!    first, so the last line (often the blank line that dispatches) is
 //!    lost. The standard: a CR not followed by LF is a line break.
-//!    ([`a_lone_cr_at_the_end_of_the_stream_ends_its_line`])
+//!    (test `a_lone_cr_at_the_end_of_the_stream_ends_its_line`)
 //! 2. **A leading BOM** makes it panic ("byte index 1 is not a char
 //!    boundary": it slices one byte off a three-byte character). The
 //!    standard: one leading BOM is ignored.
-//!    ([`one_leading_bom_is_ignored`])
+//!    (test `one_leading_bom_is_ignored`)
 //! 3. **`retry`** is parsed with `u64::from_str`, which takes a leading
 //!    `+`; and it is reported only on an event dispatched by the same block
 //!    (a `retry` in a block without data is dropped). The standard: only
 //!    ASCII digits set the reconnection time, which belongs to the stream.
-//!    ([`retry_takes_only_ascii_digits_and_belongs_to_the_stream`])
+//!    (test `retry_takes_only_ascii_digits_and_belongs_to_the_stream`)
 //! 4. **Invalid UTF-8** stops the stream with an error and no further
 //!    events. The standard: decode with replacement (U+FFFD).
-//!    ([`invalid_utf8_is_decoded_with_replacement_characters`])
+//!    (test `invalid_utf8_is_decoded_with_replacement_characters`)
 //!
 //! Checked and found to follow the standard, so covered by the
 //! differential property: CR, LF and CRLF line ends anywhere else (CRLF
