@@ -1,12 +1,28 @@
-//! Server-sent-events framing that payload bytes cannot break out of.
+//! Server-sent events: an encoder that payload bytes cannot break out of,
+//! and the decoder ([`Parser`]) that reads them back.
 //!
 //! An event is written as `id:` (and optionally `event:`), then one `data:`
 //! line per payload line, then a blank line. Every line break in the
 //! payload — `\n`, `\r\n` or a lone `\r` — starts a new `data:` line, so a
 //! payload can never end the event early or inject an `id:`, `event:` or
-//! `retry:` field. A WHATWG-conforming parser gives back the payload with its
-//! line breaks normalised to `\n` (compact JSON has none, so it comes back
-//! byte for byte).
+//! `retry:` field. A WHATWG-conforming parser such as [`Parser`] gives back
+//! the payload with its line breaks normalised to `\n` (compact JSON has
+//! none, so it comes back byte for byte).
+//!
+//! ```
+//! use gapless::{sse, EventId};
+//! let mut out = Vec::new();
+//! sse::encode(&mut out, &EventId { epoch: 1, seq: 2 }, None, b"a\r\nb")?;
+//! let mut events = Vec::new();
+//! sse::Parser::new().push(&out, |event| events.push(event));
+//! assert_eq!(events[0].data, "a\nb");
+//! assert_eq!(events[0].last_event_id, "0000000000000001-2");
+//! # Ok::<(), gapless::sse::SseError>(())
+//! ```
+
+mod parse;
+
+pub use parse::{Parser, SseEvent};
 
 use crate::event_id::EventId;
 use std::fmt;
