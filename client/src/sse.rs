@@ -5,7 +5,7 @@ use crate::error::{within, ClientError, HttpError};
 use crate::http::Response;
 use crate::incoming::{Closed, Delivered, Incoming};
 use crate::refusal::Refusal;
-use crate::sse_parser::{Parser, SseEvent};
+use gapless::sse::{Parser, SseEvent};
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt, TryStreamExt};
 use gapless::EventId;
