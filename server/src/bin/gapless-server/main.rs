@@ -119,7 +119,9 @@ fn main() -> ExitCode {
                     if report.passed() {
                         ExitCode::SUCCESS
                     } else {
-                        eprintln!("FAILED: a client saw a silent gap or a corrupt payload");
+                        for failed in report.failures() {
+                            eprintln!("FAILED: {failed}");
+                        }
                         ExitCode::FAILURE
                     }
                 }
