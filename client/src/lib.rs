@@ -71,7 +71,7 @@ pub use crate::http::{Client, Request, Response, DEFAULT_TIMEOUT};
 pub use crate::incoming::{Closed, Delivered, Incoming};
 pub use crate::refusal::{Failure, Refusal};
 pub use crate::sse::{ByteStream, SseStream};
-pub use gapless::sse::{Parser, SseEvent};
 pub use crate::wire::{Created, StateView, UpgradeGrant};
 pub use crate::ws::{WsStream, CLOSE_GAP};
 pub use ::http::Method;
+pub use gapless::sse::{Parser, SseEvent};
