@@ -3,23 +3,11 @@
 
 use crate::support::{
     bounded, create, emit_range, expect_sse, expect_ws, id, next_frame, next_item, refusal, start,
-    stop, IO,
+    stop, ChildGuard, IO,
 };
 use gapless_client::{Client, Closed, Incoming, Refusal};
 use gapless_server::ServerConfig;
 use std::time::{Duration, Instant};
-
-/// Kills the child on drop (a failed test must not leave a server behind).
-struct ChildGuard(std::process::Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
 
 /// PROTOCOL "Running": `--addr 127.0.0.1:0` prints exactly one line
 /// `listening on http://127.0.0.1:PORT`; `--ring-events` and `--strict` take
