@@ -55,5 +55,5 @@ pub use config::ServerConfig;
 pub use ids::SessionId;
 pub use layers::with_layers;
 pub use routes::{router, routes};
-pub use serve::{serve, serve_state, spawn, RunningServer};
+pub use serve::{serve, serve_router, serve_state, spawn, RunningServer};
 pub use state::AppState;

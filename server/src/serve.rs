@@ -100,8 +100,24 @@ pub async fn serve(
 /// # Errors
 /// As [`serve`].
 pub async fn serve_state(listener: TcpListener, state: AppState) -> std::io::Result<()> {
+    let app = router(state.clone());
+    serve_router(listener, state, app).await
+}
+
+/// Serves `app` — [`router`]`(state)` wrapped in the application's own
+/// layers (authentication, say), or its routes merged with
+/// [`routes`](crate::routes) under [`with_layers`](crate::with_layers) — with
+/// the server's connection limit, header-read timeout and two-phase
+/// shutdown, until `state`'s shutdown signal.
+///
+/// # Errors
+/// As [`serve`].
+pub async fn serve_router(
+    listener: TcpListener,
+    state: AppState,
+    app: axum::Router,
+) -> std::io::Result<()> {
     let shared = Arc::clone(&state.0);
-    let app = router(state);
     let connections = Arc::new(Semaphore::new(shared.config.max_connections));
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())

@@ -322,3 +322,39 @@ pub(crate) fn event_id(epoch: u64, event: &Event) -> EventId {
         seq: event.seq,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Attached, StreamSlot};
+    use crate::config::ServerConfig;
+    use crate::state::AppState;
+    use gapless::session::Transport;
+    use gapless::EventId;
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    /// A panic while a transport is attached (in a handler or a stream
+    /// task) detaches it and frees its stream slot on the way out.
+    #[test]
+    fn a_panic_with_a_transport_attached_detaches_it() {
+        let (_stop, on_stop) = tokio::sync::watch::channel(false);
+        let AppState(state) = AppState::new(ServerConfig::default(), on_stop);
+        let (_, entry) = state.create_session().expect("a session");
+        let slot = StreamSlot::take(&state, &entry).expect("a slot");
+        let cursor = EventId {
+            epoch: entry.session.epoch(),
+            seq: 0,
+        };
+        let (_, attachment) = entry.session.resume_sse(cursor).expect("attach");
+        let attached = Attached::new(Arc::clone(&state), slot, attachment);
+        assert_eq!(entry.session.state().transport, Transport::Sse);
+        assert_eq!(entry.streams.load(Ordering::Acquire), 1);
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            let _held = attached;
+            panic!("a handler bug");
+        }));
+        assert!(unwound.is_err());
+        assert_eq!(entry.session.state().transport, Transport::None);
+        assert_eq!(entry.streams.load(Ordering::Acquire), 0);
+    }
+}

@@ -11,6 +11,7 @@
 mod bad_input;
 mod delivery;
 mod limits;
+mod memory;
 mod metrics;
 mod migrating_client;
 mod migration_cases;

@@ -2,6 +2,8 @@
 //! drives it with migrating clients (`churn`, the main job), and the
 //! capacity planner (`plan`).
 
+#![deny(unsafe_code)]
+
 mod churn;
 mod plan;
 mod serve_args;
@@ -67,6 +69,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    keep_large_allocations_lazy();
     let cli = Cli::parse();
     // `serve` logs each request (method, path with the ticket redacted,
     // status, latency); the in-process runs only warnings. RUST_LOG wins.
@@ -193,3 +196,33 @@ fn plan(workload: plan::Workload) -> ExitCode {
     }
     ExitCode::SUCCESS
 }
+
+/// Keeps session rings resident in proportion to use across session churn.
+///
+/// A ring's arrays come from zeroed allocation, which is free for a block
+/// the allocator maps fresh from the OS (pages become resident only when
+/// written). glibc maps blocks above its mmap threshold fresh, but raises
+/// that threshold each time such a block is freed, and then serves later
+/// rings from its heap, zeroing them by writing every page: after a few
+/// sessions end, each new idle session costs much of its ring. A fixed
+/// threshold turns that adjustment off. (An application embedding the
+/// server can do the same, or set `MALLOC_MMAP_THRESHOLD_=131072`.)
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+fn keep_large_allocations_lazy() {
+    /// glibc's default threshold, made fixed.
+    const THRESHOLD: libc::c_int = 128 * 1024;
+    // SAFETY: `mallopt` only sets an allocator tunable; it is called first
+    // thing in `main`, before any other thread exists, with a valid option
+    // and value, and it reports failure by its return value (0), which
+    // leaves the allocator as it was.
+    let set = unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, THRESHOLD) };
+    if set == 0 {
+        eprintln!(
+            "warning: could not fix the allocator's mmap threshold; idle sessions may cost more memory"
+        );
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn keep_large_allocations_lazy() {}
