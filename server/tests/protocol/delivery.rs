@@ -199,6 +199,17 @@ async fn payloads_cannot_inject_sse_fields_and_come_back_byte_identical() {
             }
         };
         let mut mismatches = Vec::new();
+        // The independent oracle reads the same injection attempts as our
+        // parser: the same events, each under its own id, nothing injected.
+        let raw = crate::support::raw_sse_events(&client, &a.session, last as usize + 1).await;
+        for (n, event) in (1..=last).zip(&raw) {
+            assert_eq!(
+                event.id,
+                Some(id(a.epoch, n).to_string()),
+                "an injected event or id appeared (raw)"
+            );
+        }
+        assert_eq!(raw[last as usize].id, Some(sentinel.to_string()));
         let mut sse = client.open_sse(&a.session, None).await.expect("SSE");
         for n in 1..=last {
             match next_item(&mut sse, "SSE").await {

@@ -6,7 +6,14 @@
 //! awaited by polling with a deadline, never by sleeping.
 //!
 //! One module per section of the page; the shared harness is in `support`,
-//! and `prometheus` parses `GET /metrics` for the tests that read it.
+//! `prometheus` parses `GET /metrics` for the tests that read it, and
+//! `decoders` reads raw event streams with both our SSE parser and an
+//! independent one.
+
+/// Our SSE parser and the independent oracle (`eventsource-stream`), the
+/// same decoders the engine's SSE tests and the fuzz targets use.
+#[path = "../../../tests/decoders/mod.rs"]
+mod decoders;
 
 mod bad_input;
 mod delivery;

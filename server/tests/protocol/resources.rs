@@ -2,8 +2,8 @@
 //! resume, and acks.
 
 use crate::support::{
-    answer, bounded, create, emit_range, expect_sse, id, next_item, payload, post_json, refusal,
-    start, stop, wait_state, IO,
+    answer, bounded, create, emit_range, expect_sse, id, next_item, payload, post_json,
+    raw_sse_events, refusal, start, stop, wait_state, IO,
 };
 use gapless::session::{GapDetector, Transport};
 use gapless_client::wire::{is_session_id, parse_epoch};
@@ -113,6 +113,13 @@ async fn sse_without_last_event_id_starts_at_the_first_event() {
         let want: Vec<String> = (1..=6)
             .map(|n| format!("id: {}\ndata: {}\n\n", id(a.epoch, n), payload(7, n)))
             .collect();
+        // Decoded by our parser and by the independent oracle alike.
+        let events = raw_sse_events(&client, &a.session, 6).await;
+        for (n, event) in (1..=6).zip(&events) {
+            assert_eq!(event.id, Some(id(a.epoch, n).to_string()));
+            assert_eq!(event.data, payload(7, n));
+            assert_eq!(event.event_type, "message");
+        }
         while !want.iter().all(|frame| text.contains(frame.as_str())) {
             let chunk = tokio::time::timeout(IO, futures_util::StreamExt::next(&mut body))
                 .await

@@ -385,3 +385,44 @@ pub async fn exit_within(
         tokio::time::sleep(Duration::from_millis(10)).await; // polling, bounded
     }
 }
+
+/// Opens `GET /session/{session}/events` raw and reads until `count`
+/// events came, then decodes the same chunks with both our parser and the
+/// independent oracle (`eventsource-stream`), asserts they dispatched the
+/// same events, and returns them (ours).
+pub async fn raw_sse_events(
+    client: &Client,
+    session: &str,
+    count: usize,
+) -> Vec<gapless::sse::SseEvent> {
+    use crate::decoders::{oracle, oracle_conforms_on, parse, Dispatched};
+    let response = client
+        .send(client.get(&format!("/session/{session}/events")))
+        .await
+        .expect("raw SSE");
+    assert_eq!(response.status().as_u16(), 200);
+    let mut body = axum::body::Body::new(response.into_body()).into_data_stream();
+    let mut chunks: Vec<Vec<u8>> = Vec::new();
+    loop {
+        let slices: Vec<&[u8]> = chunks.iter().map(Vec::as_slice).collect();
+        let (ours, _) = parse(&slices);
+        if ours.len() >= count {
+            let stream: Vec<u8> = chunks.concat();
+            assert!(
+                oracle_conforms_on(&stream),
+                "a stream the oracle cannot judge"
+            );
+            let theirs = oracle(&slices).expect("the oracle reads the stream");
+            let ours_seen: Vec<Dispatched> = ours.iter().map(Dispatched::from).collect();
+            let theirs_seen: Vec<Dispatched> = theirs.iter().map(Dispatched::from).collect();
+            assert_eq!(ours_seen, theirs_seen, "our parser and the oracle disagree");
+            return ours;
+        }
+        let chunk = tokio::time::timeout(IO, futures_util::StreamExt::next(&mut body))
+            .await
+            .unwrap_or_else(|_| panic!("raw SSE: {count} events not within {IO:?}"))
+            .expect("the stream ended early")
+            .expect("raw SSE chunk");
+        chunks.push(chunk.to_vec());
+    }
+}
