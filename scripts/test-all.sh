@@ -8,7 +8,7 @@
 #      so debug assertions and overflow checks run under concurrency
 #   2. the examples and the main job, run for real: the quickstart, the
 #      single-writer example, the migrating client against an in-process
-#      server, and a
+#      server, the embedding example (bearer-token layer), and a
 #      short churn run that exits non-zero on a silent gap
 #   3. the benchmarks in test mode (each scenario once)
 #   4. the concurrency proof: loom models, Miri, ThreadSanitizer (installing
@@ -30,6 +30,7 @@ step "examples and the main job"
 cargo run --release --example quickstart
 cargo run --release --example single_writer
 cargo run --release -p gapless-server --example migrating_client
+cargo run --release -p gapless-server --example embed_with_auth
 cargo run --release -p gapless-server -- churn --duration "${CHURN_SECONDS:-8}" --sessions 12
 
 step "benchmarks in test mode"
