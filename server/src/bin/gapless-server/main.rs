@@ -5,6 +5,7 @@
 #![deny(unsafe_code)]
 
 mod churn;
+mod load;
 mod plan;
 mod serve_args;
 
@@ -50,6 +51,10 @@ enum Command {
         #[arg(long, default_value_t = 128)]
         payload: usize,
     },
+    /// The load test: thousands of sessions (healthy, stalled and churning
+    /// readers) and clients past the session cap, in-process on loopback.
+    /// Exits non-zero on a silent gap, RSS over budget or a starved reader.
+    Load(load::LoadArgs),
     /// Size a session ring to cover a client outage, with the replay time
     /// measured on this machine.
     Plan {
@@ -75,6 +80,8 @@ fn main() -> ExitCode {
     // status, latency); the in-process runs only warnings. RUST_LOG wins.
     let default_filter = match cli.command {
         Command::Serve(_) => "info",
+        // Every expected 503 past the session cap is an ERROR to tower-http.
+        Command::Load(_) => "warn,tower_http=off",
         _ => "warn",
     };
     tracing_subscriber::fmt()
@@ -134,6 +141,7 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Load(args) => runtime.block_on(args.run()),
         Command::Plan {
             rate,
             outage,
