@@ -8,8 +8,10 @@
 #      so debug assertions and overflow checks run under concurrency
 #   2. the examples and the main job, run for real: the quickstart, the
 #      single-writer example, the migrating client against an in-process
-#      server, the embedding example (bearer-token layer), and a
-#      short churn run that exits non-zero on a silent gap
+#      server, the embedding example (bearer-token layer), a short churn
+#      run (non-zero on a silent gap or a failed check) and a short load run
+#      (500 sessions, a tenth stalled, clients past the session cap;
+#      non-zero on a silent gap, a starved reader or RSS over budget)
 #   3. the benchmarks in test mode (each scenario once)
 #   4. the concurrency proof: loom models, Miri, ThreadSanitizer (installing
 #      the nightly components they need; a check that cannot run fails the
@@ -32,6 +34,7 @@ cargo run --release --example single_writer
 cargo run --release -p gapless-server --example migrating_client
 cargo run --release -p gapless-server --example embed_with_auth
 cargo run --release -p gapless-server -- churn --duration "${CHURN_SECONDS:-8}" --sessions 12
+cargo run --release -p gapless-server -- load --sessions "${LOAD_SESSIONS:-500}" --duration "${LOAD_SECONDS:-10}"
 
 step "benchmarks in test mode"
 cargo bench --workspace -- --test

@@ -47,6 +47,12 @@ pub struct ServerConfig {
     /// Largest WebSocket message or frame a client may send; a larger one
     /// closes the socket with 1009 (default 64 KiB).
     pub ws_max_message: usize,
+    /// The kernel send buffer of each accepted connection, in bytes (Linux
+    /// doubles it for its own bookkeeping); 0 leaves the OS's autotuning,
+    /// which lets a reader that stopped reading hold up to several MiB of
+    /// kernel memory before a write blocks and the write timeout starts
+    /// (default 256 KiB).
+    pub send_buffer: usize,
     /// How often the server pings an idle WebSocket (default 20 s).
     pub ping_interval: Duration,
     /// How long a ping may go without a pong before the socket is closed
@@ -72,6 +78,7 @@ impl Default for ServerConfig {
             max_connections: 10_000,
             max_streams_per_session: 4,
             ws_max_message: 64 << 10,
+            send_buffer: 256 << 10,
             ping_interval: Duration::from_secs(20),
             pong_timeout: Duration::from_secs(20),
         }

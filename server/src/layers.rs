@@ -12,7 +12,7 @@ use std::any::Any;
 use std::sync::Arc;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::cors::{AllowOrigin, CorsLayer};
-use tower_http::trace::{DefaultOnResponse, TraceLayer};
+use tower_http::trace::{DefaultOnFailure, DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
 /// The largest error body read back to wrap it in JSON.
@@ -37,7 +37,11 @@ pub fn with_layers(router: Router, state: &AppState) -> Router {
                         uri = %redacted(request.uri()),
                     )
                 })
-                .on_response(DefaultOnResponse::new().level(Level::INFO)),
+                .on_response(DefaultOnResponse::new().level(Level::INFO))
+                // A 5xx is already in the response line; an expected `503
+                // too_many_sessions` under load must not flood the log at
+                // ERROR. Real internal errors are logged where they happen.
+                .on_failure(DefaultOnFailure::new().level(Level::DEBUG)),
         );
     match cors(&state.0.config.cors_origins) {
         Some(cors) => router.layer(cors),

@@ -139,6 +139,14 @@ pub async fn serve_router(
         if let Err(error) = tcp.set_nodelay(true) {
             tracing::debug!(%error, "could not set TCP_NODELAY");
         }
+        // A reader that stopped reading holds at most this much kernel
+        // memory before writes block and the write timeout runs.
+        if shared.config.send_buffer > 0 {
+            let socket = socket2::SockRef::from(&tcp);
+            if let Err(error) = socket.set_send_buffer_size(shared.config.send_buffer) {
+                tracing::debug!(%error, "could not set SO_SNDBUF");
+            }
+        }
         let Ok(permit) = Arc::clone(&connections).try_acquire_owned() else {
             shared.metrics.tripped(Limit::Connections);
             tokio::spawn(refuse(tcp));

@@ -65,6 +65,9 @@ pub struct ServeArgs {
     /// Largest WebSocket message or frame from a client, in bytes.
     #[arg(long, env = "GAPLESS_WS_MAX_MESSAGE", default_value_t = 64 << 10)]
     ws_max_message: usize,
+    /// Kernel send buffer per connection, in bytes (0: the OS's autotuning).
+    #[arg(long, env = "GAPLESS_SEND_BUFFER", default_value_t = 256 << 10)]
+    send_buffer: usize,
     /// Seconds between WebSocket pings.
     #[arg(long, env = "GAPLESS_PING_INTERVAL", default_value = "20", value_parser = seconds)]
     ping_interval: Duration,
@@ -111,6 +114,7 @@ impl ServeArgs {
             max_connections: self.max_connections,
             max_streams_per_session: self.max_streams_per_session,
             ws_max_message: self.ws_max_message,
+            send_buffer: self.send_buffer,
             ping_interval: self.ping_interval,
             pong_timeout: self.pong_timeout,
             ..ServerConfig::default()
