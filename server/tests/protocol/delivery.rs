@@ -229,7 +229,7 @@ async fn payloads_cannot_inject_sse_fields_and_come_back_byte_identical() {
         assert_eq!(
             sse.parser().retry(),
             Some(1000),
-            "a payload injected `retry:`"
+            "the stream must carry the server's own `retry: 1000`, and no injected one"
         );
         drop(sse);
 

@@ -110,15 +110,21 @@ async fn streams_beyond_the_per_session_limit_get_429() {
         let (server, client) = start(config).await;
         let a = create(&client).await;
         let first = client.open_sse(&a.session, None).await.expect("first SSE");
+        // The status first: a stream the limit failed to refuse never ends.
+        let second = client
+            .send(client.get(&format!("/session/{}/events", a.session)))
+            .await
+            .expect("second SSE");
+        assert_eq!(second.status().as_u16(), 429);
         let raw = answer(
             &client,
             client.get(&format!("/session/{}/events", a.session)),
-            "second SSE",
+            "third SSE",
         )
         .await;
         assert_eq!(raw.status, 429, "{}", raw.text());
         assert_eq!(raw.json()["error"], "too_many_streams");
-        assert_eq!(tripped(&client, "streams_per_session").await, 1.0);
+        assert_eq!(tripped(&client, "streams_per_session").await, 2.0);
         drop(first);
         eventually("the slot frees when the first stream ends", IO, || async {
             client.open_sse(&a.session, None).await.is_ok()
@@ -165,11 +171,16 @@ async fn connections_beyond_the_cap_and_slow_heads_are_closed() {
             answer.ends_with(r#"{"error":"too_many_connections"}"#),
             "{answer}"
         );
-        // The slow heads are closed by the header-read timeout.
+        // The slow heads are closed by the configured header-read timeout
+        // (300 ms; well within 3 s, where hyper's own default is 30 s).
         for mut tcp in slow {
             let mut rest = Vec::new();
-            let read = tokio::time::timeout(IO, tcp.read_to_end(&mut rest)).await;
-            assert!(read.is_ok(), "a stalled request head was never closed");
+            let read =
+                tokio::time::timeout(Duration::from_secs(3), tcp.read_to_end(&mut rest)).await;
+            assert!(
+                read.is_ok(),
+                "a stalled request head was not closed by the configured timeout"
+            );
         }
         assert_eq!(tripped(&client, "connections").await, 1.0);
         assert_eq!(tripped(&client, "header_read_timeout").await, 2.0);
@@ -266,16 +277,19 @@ async fn websocket_limits_close_with_their_codes() {
             .expect("ws");
         let big = "x".repeat(100 << 10);
         socket.send(Message::Text(big.into())).await.expect("send");
-        let code = loop {
-            match tokio::time::timeout(IO, socket.next())
-                .await
-                .expect("a close")
-            {
-                Some(Ok(Message::Close(Some(frame)))) => break u16::from(frame.code),
-                Some(Ok(_)) => {}
-                other => panic!("expected a close frame, got {other:?}"),
+        // One deadline for the whole wait: the server's pings would renew a
+        // per-frame one forever.
+        let code = tokio::time::timeout(IO, async {
+            loop {
+                match socket.next().await {
+                    Some(Ok(Message::Close(Some(frame)))) => break u16::from(frame.code),
+                    Some(Ok(_)) => {}
+                    other => panic!("expected a close frame, got {other:?}"),
+                }
             }
-        };
+        })
+        .await
+        .expect("no close frame for a message over the limit");
         assert_eq!(code, 1009);
         // Counted just after the close frame is written.
         eventually("the oversized message is counted", IO, || async {

@@ -121,13 +121,45 @@ async fn raw_stalled(addr: &str, session: &str) -> tokio::net::TcpStream {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flags_come_from_the_environment_and_the_command_line_wins() {
     bounded("environment", async {
-        let (_child, client) = launch(&[], &[("GAPLESS_MAX_SESSIONS", "1")]).await;
-        create(&client).await;
+        let (_child, client) = launch(
+            &[],
+            &[
+                ("GAPLESS_MAX_SESSIONS", "1"),
+                ("GAPLESS_RING_EVENTS", "8"),
+                ("GAPLESS_SSE_RETRY_MS", "2500"),
+                ("GAPLESS_CORS_ORIGIN", "https://a.example,https://b.example"),
+            ],
+        )
+        .await;
+        let a = create(&client).await;
         assert!(matches!(
             client.create_session().await,
             Err(ClientError::Unavailable { .. })
         ));
         assert_eq!(tripped(&client, "sessions").await, 1.0);
+        let mut sse = client.open_sse(&a.session, None).await.expect("SSE");
+        emit_range(&client, &a, 1, 1..=20).await;
+        let state = client.state(&a.session).await.expect("state");
+        assert!(
+            state.first_retained > 1,
+            "GAPLESS_RING_EVENTS=8 not applied: {state:?}"
+        );
+        // The first item (an event, or a gap if the 8-event ring lapped the
+        // reader) comes after the stream's `retry:`.
+        let _ = next_item(&mut sse, "SSE").await;
+        assert_eq!(sse.parser().retry(), Some(2500), "GAPLESS_SSE_RETRY_MS");
+        let response = client
+            .send(client.get("/healthz").header("origin", "https://b.example"))
+            .await
+            .expect("healthz");
+        assert_eq!(
+            response
+                .headers()
+                .get("access-control-allow-origin")
+                .and_then(|v| v.to_str().ok()),
+            Some("https://b.example"),
+            "GAPLESS_CORS_ORIGIN, comma-separated"
+        );
 
         let (_child, client) =
             launch(&["--max-sessions", "2"], &[("GAPLESS_MAX_SESSIONS", "1")]).await;
