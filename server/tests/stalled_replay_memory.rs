@@ -100,7 +100,7 @@ async fn stalled_readers_of_a_long_replay_pin_a_bounded_copy_each() {
     let per_reader = rss().saturating_sub(before) / READERS as u64;
     println!(
         "{per_reader} B resident per stalled reader of a {} MiB replay",
-        EVENTS * EVENT >> 20
+        (EVENTS * EVENT) >> 20
     );
     assert!(
         per_reader < BUDGET_PER_READER,
