@@ -92,10 +92,17 @@ async fn stalled_readers_of_a_long_replay_pin_a_bounded_copy_each() {
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut last = (replayed(&client).await, 0);
     while last.1 < 3 {
-        assert!(Instant::now() < deadline, "the stalled deliveries never settled");
+        assert!(
+            Instant::now() < deadline,
+            "the stalled deliveries never settled"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await; // polling, bounded
         let now = replayed(&client).await;
-        last = if now == last.0 { (now, last.1 + 1) } else { (now, 0) };
+        last = if now == last.0 {
+            (now, last.1 + 1)
+        } else {
+            (now, 0)
+        };
     }
     let per_reader = rss().saturating_sub(before) / READERS as u64;
     println!(
