@@ -1,0 +1,205 @@
+//! [`ReplayStream`]: what a resume gets.
+
+use crate::record::{self, Record};
+use crate::signal::{Reason, Signal};
+use crate::store::{is_terminal, StreamEntry};
+use futures_core::Stream;
+use gapless::{Event, Follower, ReplayError, Ring};
+use rmcp::model::ServerJsonRpcMessage;
+use rmcp::transport::streamable_http_server::session::ServerSseMessage;
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+/// Events copied from the ring per wake-up, at most: a replay of a large
+/// ring holds a bounded copy.
+const MAX_BATCH: usize = 64;
+
+/// The stream a resume gets from [`GaplessEventStore`](crate::GaplessEventStore).
+///
+/// Either the events strictly after the cursor, each once and in order,
+/// then the stream's live events as they are stored, ending right after the
+/// stream's response or error (a JSON-RPC response or error message); or,
+/// when that cannot be exact, the signal (a `notifications/message` and a
+/// JSON-RPC error, see the crate docs) and then the end. A replay of the
+/// standalone stream (which has no response) follows until the client goes
+/// away or the stream is removed.
+pub struct ReplayStream {
+    state: State,
+}
+
+enum State {
+    Follow(Box<Following>),
+    Signal(VecDeque<ServerSseMessage>),
+    Done,
+}
+
+struct Following {
+    entry: Arc<StreamEntry>,
+    follower: Follower<Arc<Ring>>,
+    /// Copied from the ring, not yet yielded.
+    pending: VecDeque<Event>,
+    /// The id of the last event yielded, or the cursor: what a signal
+    /// carries, so that a client resuming with it gets the same signal.
+    last_id: String,
+    last_seq: u64,
+}
+
+impl std::fmt::Debug for ReplayStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.state {
+            State::Follow(following) => f
+                .debug_struct("ReplayStream::Follow")
+                .field("key", &following.entry.key)
+                .field("last_seq", &following.last_seq)
+                .field("pending", &following.pending.len())
+                .finish(),
+            State::Signal(messages) => f
+                .debug_struct("ReplayStream::Signal")
+                .field("messages", &messages.len())
+                .finish(),
+            State::Done => f.write_str("ReplayStream::Done"),
+        }
+    }
+}
+
+impl ReplayStream {
+    pub(crate) fn signal(signal: Signal, event_id: &str) -> Self {
+        Self {
+            state: State::Signal(signal.into_messages(event_id).into()),
+        }
+    }
+
+    pub(crate) fn done() -> Self {
+        Self { state: State::Done }
+    }
+
+    pub(crate) fn follow(entry: Arc<StreamEntry>, cursor: u64, last_id: String) -> Self {
+        let follower = Follower::new(Arc::clone(&entry.ring), cursor).with_max_batch(MAX_BATCH);
+        Self {
+            state: State::Follow(Box::new(Following {
+                entry,
+                follower,
+                pending: VecDeque::new(),
+                last_id,
+                last_seq: cursor,
+            })),
+        }
+    }
+}
+
+impl Following {
+    fn signal(&self, mut signal: Signal) -> State {
+        signal.request_id = self.entry.request_id();
+        if signal.cursor.is_none() {
+            signal.cursor = Some(self.last_seq);
+        }
+        State::Signal(signal.into_messages(&self.last_id).into())
+    }
+
+    fn lost(&self, seq: u64, bytes: u64, why: &str) -> State {
+        let mut signal = Signal::new(
+            Reason::LostEvent,
+            &self.last_id,
+            format!("event {seq} after cursor {} {why}", self.last_seq),
+        );
+        signal.lost = Some((seq, bytes));
+        self.signal(signal)
+    }
+
+    /// What the next copied event turns into: an item, or a new state.
+    fn next(&mut self, event: Event) -> Result<ServerSseMessage, State> {
+        let id = self.entry.event_id(event.seq);
+        match record::decode(&event.payload) {
+            Record::Message(json) => match serde_json::from_slice::<ServerJsonRpcMessage>(json) {
+                Ok(message) => {
+                    let terminal = is_terminal(&message);
+                    self.last_seq = event.seq;
+                    self.last_id.clone_from(&id);
+                    let item = ServerSseMessage::new(id, message);
+                    if terminal {
+                        // Yield it, then end (the caller sees `Done`).
+                        self.pending.clear();
+                    }
+                    Ok(item)
+                }
+                Err(error) => Err(self.lost(
+                    event.seq,
+                    json.len() as u64,
+                    &format!("was stored but does not parse back ({error})"),
+                )),
+            },
+            Record::Marker { retry } => {
+                self.last_seq = event.seq;
+                self.last_id.clone_from(&id);
+                let mut item = ServerSseMessage::default();
+                item.event_id = Some(id);
+                item.retry = retry;
+                Ok(item)
+            }
+            Record::Lost { bytes } => Err(self.lost(
+                event.seq,
+                bytes,
+                &format!("was larger than the ring holds ({bytes} bytes) and was not stored"),
+            )),
+            Record::Closed => Err(State::Done),
+        }
+    }
+}
+
+impl Stream for ReplayStream {
+    type Item = ServerSseMessage;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        loop {
+            match &mut this.state {
+                State::Done => return Poll::Ready(None),
+                State::Signal(messages) => match messages.pop_front() {
+                    Some(message) => return Poll::Ready(Some(message)),
+                    None => this.state = State::Done,
+                },
+                State::Follow(following) => {
+                    if let Some(event) = following.pending.pop_front() {
+                        match following.next(event) {
+                            Ok(item) => {
+                                if item.message.as_deref().is_some_and(is_terminal) {
+                                    this.state = State::Done;
+                                }
+                                return Poll::Ready(Some(item));
+                            }
+                            Err(state) => {
+                                this.state = state;
+                                continue;
+                            }
+                        }
+                    }
+                    match following.follower.poll_next(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(Ok(events)) => following.pending.extend(events),
+                        Poll::Ready(Err(ReplayError::Gap(gap))) => {
+                            let mut signal = Signal::new(
+                                Reason::GapNotCovered,
+                                &following.last_id,
+                                gap.to_string(),
+                            );
+                            signal.cursor = Some(gap.cursor);
+                            signal.first_retained = Some(gap.first_retained);
+                            signal.evicted = Some(gap.evicted);
+                            this.state = following.signal(signal);
+                        }
+                        Poll::Ready(Err(ReplayError::Ahead { cursor, published })) => {
+                            let signal = Signal::new(
+                                Reason::ForeignCursor,
+                                &following.last_id,
+                                format!("the cursor {cursor} is beyond what the stream published ({published})"),
+                            );
+                            this.state = following.signal(signal);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
