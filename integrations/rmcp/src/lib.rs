@@ -1,12 +1,133 @@
 //! # gapless-rmcp
 //!
-//! [gapless](gapless) as the event store of [rmcp]'s streamable HTTP server:
+//! [gapless] as the event store of [rmcp]'s streamable HTTP server:
 //! a resume gets every event after its `Last-Event-ID`, each once, then the
 //! live ones until the request's response; or an explicit error that every
 //! client application sees. Never a silent jump, a duplicate or an empty
 //! answer.
 //!
-//! (Documentation in progress: see DESIGN-NOTES.md.)
+//! ## Use it in an rmcp server
+//!
+//! ```
+//! use gapless_rmcp::GaplessEventStore;
+//! use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+//! use std::sync::Arc;
+//!
+//! // Each rmcp stream gets a ring of 1024 events and 1 MiB.
+//! let store = Arc::new(GaplessEventStore::new(gapless::Config::default())?);
+//! let sessions = LocalSessionManager::default().with_event_store(store.clone());
+//! // `StreamableHttpService::new(make_server, Arc::new(sessions), config)` as usual;
+//! // `NeverSessionManager::default().with_event_store(store)` for stateless mode.
+//! # let _ = sessions;
+//! # Ok::<(), gapless::ConfigError>(())
+//! ```
+//!
+//! `examples/progress_server.rs` is a complete server.
+//!
+//! ## Event ids
+//!
+//! `<stream key>.<epoch>-<seq>`, e.g.
+//! `3f0c9a5e1d2b4c6a8e7f90123456789a.00c0ffee12345678-42` ([`StoreEventId`],
+//! grammar in its module): a random 128-bit key per rmcp stream (32 lowercase
+//! hex digits; unguessable, because rmcp hands a stateless resume to the store
+//! without any session check), the epoch of that stream's ring (16 hex) and
+//! the event's seq (dense from 1, in decimal). An id locates its stream by
+//! itself, and a cursor from another server process, a removed stream or
+//! another incarnation of the ring is recognised as foreign, never read as a
+//! position. The parser is strict: every accepted id prints back the same.
+//!
+//! ## What is stored
+//!
+//! Each event rmcp stores is one record in its stream's ring: a message as
+//! the JSON `serde_json::to_vec` writes for it (the bytes rmcp sends live; a
+//! replay parses and rmcp re-serialises them to the same bytes), an event
+//! without a message (rmcp's priming event) as a short marker that keeps its
+//! `retry:` hint. [`EventStore::store_event`] never returns `Err` (rmcp would
+//! lose the message or cancel the request): a message larger than the ring
+//! takes (`Config::bytes`) is stored as a placeholder, rmcp still sends it
+//! live under the placeholder's id, and a replay that reaches it reports it
+//! lost (below). Events stay replayable after the response, until the ring
+//! evicts them or the stream is removed.
+//!
+//! ## What a resume gets
+//!
+//! [`EventStore::replay_events_after`] never returns `Err` either (rmcp
+//! answers that with an empty `200`, which clients take as "nothing yet" and
+//! poll again, or as the end of the stream). It returns a [`ReplayStream`]:
+//!
+//! - **covered cursor**: every event strictly after it, each once, in order,
+//!   with its original id; then the stream's live events as rmcp stores them;
+//!   the stream ends right after the request's response or error (a JSON-RPC
+//!   response or error message, which rmcp sends last on a request stream).
+//!   A resume whose cursor is the response itself ends at once. A replay of
+//!   the standalone stream (`"{session}:common"`, no response) follows until
+//!   the client disconnects or the stream is removed.
+//! - **otherwise** the signal, then the end. Reasons (`data.reason`):
+//!   `gap_not_covered` (the ring evicted events after the cursor, found at the
+//!   start or while following live), `foreign_cursor` (unknown stream key,
+//!   another epoch, or a seq the stream never published), `malformed_cursor`
+//!   (not an id of this store, e.g. one of rmcp's own), `lost_event` (an event
+//!   after the cursor was too large to store).
+//!
+//! ## The signal
+//!
+//! Two messages, both with an SSE `id` so the client keeps a cursor: the id
+//! of the last event the replay delivered (at first, the cursor itself), so a
+//! client that resumes again gets the same signal, never a silent jump; for a
+//! malformed cursor, the cursor echoed when it is short printable ASCII, else
+//! `gapless-malformed-cursor`.
+//!
+//! 1. a `notifications/message` (logging) with `level: "error"`,
+//!    `logger: "gapless"` and `data` below;
+//! 2. a JSON-RPC error response with code [`EVENTS_LOST`] (-32010, a
+//!    server-defined code: not -32000/-32001, which the Python SDK
+//!    synthesises for a dropped connection or a timeout, nor -32002, which
+//!    rmcp rewrites), a message naming the reason and figures, and `data`:
+//!
+//! ```json
+//! {"reason": "gap_not_covered", "cursor": 3, "first_retained": 15, "evicted": 11,
+//!  "last_event_id": "<the Last-Event-ID>"}
+//! ```
+//!
+//! `cursor` is the cursor's seq (`null` if it did not parse),
+//! `first_retained` the oldest seq still held and `evicted` how many seqs
+//! after the cursor are gone (both `null` unless the reason is
+//! `gap_not_covered`); `lost_event` adds `lost_seq` and `lost_bytes`.
+//!
+//! **The error's `id`** is the affected request's id when the store learned
+//! it from the stream: the id of the response or error stored on it, else
+//! the `progressToken` of the first `notifications/progress` stored on it
+//! (the official clients use the request id as the progress token). When the
+//! store cannot know it (a foreign or malformed cursor, a stream without
+//! progress), the id is the string [`UNKNOWN_REQUEST_ID`]: the official
+//! Python client rewrites the id of any response or error arriving on a
+//! request's stream to that request's id, so the error still fails the
+//! right call there; other clients may drop an error whose id they do not
+//! know, and then the logging notification is what remains.
+//!
+//! **What applications see** (mcp 2.3.0, the official Python client, per
+//! the research in `DESIGN-NOTES.md`; the Python tests of issue 10 are to
+//! confirm it): the call raises `MCPError` with code -32010 and `data` intact;
+//! a registered `logging_callback` also gets the logging notification. A
+//! logging notification alone reaches only applications that registered a
+//! logging handler, which is why the error comes with it.
+//!
+//! ## Freeing rings
+//!
+//! rmcp tells an event store nothing when a session or a stream ends, so a
+//! stream's ring lives until [`GaplessEventStore::remove_stream`] (or
+//! [`GaplessEventStore::remove_session`], which frees the session's
+//! standalone stream `"{session}:common"`). rmcp names request streams with
+//! a bare uuid that does not mention the session, so freeing a session's
+//! request streams takes a thin `SessionManager` wrapper around
+//! `LocalSessionManager` that records the streams each session creates and
+//! calls `remove_stream` for each in `close_session`; in stateless mode
+//! (`NeverSessionManager`), where there are no sessions, a time-to-live or a
+//! cap on streams. Memory per stream is bounded by its `Config` (rings are
+//! allocated zeroed, so an idle ring costs only the pages written).
+//!
+//! [`EventStore::store_event`]: rmcp::transport::streamable_http_server::session::EventStore::store_event
+//! [`EventStore::replay_events_after`]: rmcp::transport::streamable_http_server::session::EventStore::replay_events_after
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
