@@ -22,6 +22,13 @@ import sys
 from mcp import Client, MCPError
 
 
+def describe(error: BaseException) -> str:
+    """The exception, with the leaves of an exception group."""
+    if isinstance(error, BaseExceptionGroup):
+        return "; ".join(describe(inner) for inner in error.exceptions)
+    return f"{type(error).__name__}: {error}"
+
+
 async def main() -> None:
     url, mode, count, interval_ms = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     read_timeout = float(sys.argv[5]) if len(sys.argv) > 5 else 30.0
@@ -44,19 +51,22 @@ async def main() -> None:
             log_level="debug",
             read_timeout_seconds=read_timeout,
         ) as client:
-            result = await client.call_tool(
-                "stream",
-                {"count": count, "interval_ms": interval_ms},
-                progress_callback=on_progress,
-            )
-            outcome["result"] = result.model_dump(mode="json")
+            try:
+                result = await client.call_tool(
+                    "stream",
+                    {"count": count, "interval_ms": interval_ms},
+                    progress_callback=on_progress,
+                )
+                outcome["result"] = result.model_dump(mode="json")
+            except MCPError as error:
+                # What the application's `call_tool` raises.
+                outcome["error"] = {"code": error.code, "message": error.message, "data": error.error.data}
             # Callbacks run as spawned tasks: let the ones already queued run.
             for _ in range(50):
                 await asyncio.sleep(0)
-    except MCPError as error:
-        outcome["error"] = {"code": error.code, "message": error.message, "data": error.error.data}
     except BaseException as error:  # noqa: BLE001 - the test wants every outcome
-        outcome["error"] = {"code": None, "message": f"{type(error).__name__}: {error}", "data": None}
+        if outcome["error"] is None:
+            outcome["error"] = {"code": None, "message": describe(error), "data": None}
     outcome["progress"] = [int(p) if float(p).is_integer() else p for p in progress]
     outcome["logs"] = logs
     print(json.dumps(outcome), flush=True)
