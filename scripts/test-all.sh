@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Every test gapless has. `.ci/run` calls this after its lint checks.
+#   0. the official MCP Python client (mcp, pinned) in a venv, via
+#      scripts/mcp-venv.sh: gapless-rmcp's tests drive it (GAPLESS_MCP_PYTHON)
 #   1. the workspace's tests in release: engine unit and contract tests, the
 #      proptest model tests (1000 cases each), the stress tests (6 emitters on
 #      64 events, 3 on 1024, 3 on 16k; 2 readers each), the allocation test,
@@ -21,6 +23,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 step() { printf '\n== %s\n' "$*"; }
+
+step "the official MCP Python client for gapless-rmcp's tests"
+GAPLESS_MCP_PYTHON="$(scripts/mcp-venv.sh)"
+export GAPLESS_MCP_PYTHON
+echo "$GAPLESS_MCP_PYTHON"
 
 step "workspace tests (release)"
 cargo test --workspace --release
