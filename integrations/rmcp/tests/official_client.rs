@@ -48,7 +48,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use progress_tool::{router, ProgressServer, ToolProgress};
-use rmcp::model::ServerJsonRpcMessage;
+use rmcp::model::{ServerJsonRpcMessage, ServerNotification};
 use rmcp::transport::streamable_http_server::session::{
     EventId, EventStore, EventStoreError, EventStream, ServerSseMessage,
 };
@@ -98,6 +98,9 @@ enum Hold {
     /// Once the server has stored the tool's result (so the outage spans
     /// the whole call).
     UntilResultStored,
+    /// Once the server has stored this many progress notifications (a
+    /// resume in the middle of the call).
+    UntilProgressStored(u32),
 }
 
 struct Scenario {
@@ -216,6 +219,7 @@ impl std::fmt::Display for Outcome {
 #[derive(Clone, Copy, Debug, Default)]
 struct Stored {
     responses: usize,
+    progress: u32,
 }
 
 /// A transparent wrapper that reports what its store stored, so the proxy
@@ -234,11 +238,19 @@ impl EventStore for Observed {
     ) -> Result<EventId, EventStoreError> {
         let id = self.inner.store_event(stream_id, event).await?;
         if let Some(message) = &event.message {
-            if matches!(
-                **message,
-                ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_)
-            ) {
-                self.stored.send_modify(|stored| stored.responses += 1);
+            match &**message {
+                ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_) => {
+                    self.stored.send_modify(|stored| stored.responses += 1);
+                }
+                ServerJsonRpcMessage::Notification(notification)
+                    if matches!(
+                        notification.notification,
+                        ServerNotification::ProgressNotification(_)
+                    ) =>
+                {
+                    self.stored.send_modify(|stored| stored.progress += 1);
+                }
+                _ => {}
             }
         }
         Ok(id)
@@ -252,13 +264,16 @@ impl EventStore for Observed {
     }
 }
 
+type NaiveStream = (u64, VecDeque<(u64, ServerSseMessage)>);
+
 /// Mutant `naive`: a store that behaves like rmcp's own cache — keeps the
 /// last `capacity` events of a stream, replays FROM the cursor (re-sending
 /// it), saturates an evicted cursor to the oldest event, answers an unknown
 /// cursor with `Err` (an empty 200), and replays a finite snapshot.
 struct Naive {
     capacity: usize,
-    streams: Mutex<HashMap<String, (u64, VecDeque<(u64, ServerSseMessage)>)>>,
+    /// Per stream: the last seq, and the retained (seq, event)s.
+    streams: Mutex<HashMap<String, NaiveStream>>,
 }
 
 #[async_trait::async_trait]
@@ -368,24 +383,37 @@ async fn start_server(scenario: &Scenario) -> Server {
 }
 
 impl Server {
-    /// Waits until the tool's result is stored (or, with rmcp's own cache,
-    /// which cannot be observed, until the tool returned it).
-    async fn result_stored(&self) {
-        let waited = match &self.stored {
-            Some(stored) => {
+    /// Waits until the server has stored what `hold` names (with rmcp's
+    /// own cache, which cannot be observed, until the tool did it).
+    async fn reached(&self, hold: Hold) {
+        let waited = match (&self.stored, hold) {
+            (_, Hold::No) => Ok(()),
+            (Some(stored), hold) => {
                 let mut stored = stored.clone();
-                tokio::time::timeout(HOLD_DEADLINE, stored.wait_for(|s| s.responses >= 1))
-                    .await
-                    .map(|_| ())
+                tokio::time::timeout(
+                    HOLD_DEADLINE,
+                    stored.wait_for(|s| match hold {
+                        Hold::UntilProgressStored(n) => s.progress >= n,
+                        _ => s.responses >= 1,
+                    }),
+                )
+                .await
+                .map(|_| ())
             }
-            None => {
+            (None, hold) => {
                 let mut tool = self.tool.clone();
-                tokio::time::timeout(HOLD_DEADLINE, tool.wait_for(|t| t.returned))
-                    .await
-                    .map(|_| ())
+                tokio::time::timeout(
+                    HOLD_DEADLINE,
+                    tool.wait_for(|t| match hold {
+                        Hold::UntilProgressStored(n) => t.sent >= n,
+                        _ => t.returned,
+                    }),
+                )
+                .await
+                .map(|_| ())
             }
         };
-        waited.expect("the server stores the tool's result within the deadline");
+        waited.unwrap_or_else(|_| panic!("the server reaches {hold:?} within {HOLD_DEADLINE:?}"));
     }
 }
 
@@ -428,9 +456,7 @@ async fn forward(State(proxy): State<Arc<Proxy>>, request: Request) -> Response 
     let mut upstream = proxy.upstream;
     if let Some(cursor) = &resume {
         proxy.resumes.fetch_add(1, Ordering::SeqCst);
-        if proxy.hold == Hold::UntilResultStored {
-            proxy.server.result_stored().await;
-        }
+        proxy.server.reached(proxy.hold).await;
         if proxy.resume_elsewhere() {
             upstream = proxy.resume_upstream;
         }
@@ -739,14 +765,14 @@ async fn covered_resume_auto() {
 
 // ---------------------------------------------------------------- (b)
 
-async fn uncovered_resume(mode: Mode) {
+async fn uncovered_resume(mode: Mode, hold: Hold) {
     let scenario = Scenario {
         mode,
         ring_events: 16,
         count: 200,
         interval_ms: 2,
         cut_after: 5,
-        hold: Hold::UntilResultStored,
+        hold,
         resume_elsewhere: false,
     };
     let Some(outcome) = run(scenario).await else {
@@ -781,12 +807,26 @@ async fn uncovered_resume(mode: Mode) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uncovered_resume_legacy() {
-    uncovered_resume(Mode::Legacy).await;
+    uncovered_resume(Mode::Legacy, Hold::UntilResultStored).await;
+}
+
+/// (b) with the resume in the middle of the call (after 100 of 200
+/// notifications are stored): the replay must not jump to what the ring
+/// still holds and then follow live to a normal result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uncovered_resume_mid_call_legacy() {
+    uncovered_resume(Mode::Legacy, Hold::UntilProgressStored(100)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uncovered_resume_auto() {
-    uncovered_resume(Mode::Auto).await;
+    uncovered_resume(Mode::Auto, Hold::UntilResultStored).await;
+}
+
+/// (b) in the middle of the call, stateless.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uncovered_resume_mid_call_auto() {
+    uncovered_resume(Mode::Auto, Hold::UntilProgressStored(100)).await;
 }
 
 // ---------------------------------------------------------------- (c)
