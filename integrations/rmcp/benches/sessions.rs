@@ -53,6 +53,12 @@
 //! paths and prints what each delivered (rmcp's cache jumps over the evicted
 //! events without a signal; gapless replays all of them).
 //!
+//! A third id, `gapless_64ev_16KiB`, is the same store with rings sized for
+//! the workload (`Config::default().events(64).bytes(16 << 10)`): the
+//! default config gives every rmcp stream a zeroed arena of 2 MiB, which
+//! this one does not pay, so the two gapless ids separate the per-stream
+//! ring allocation from the per-event cost.
+//!
 //! At the end it prints the ratios of the medians (gapless ÷ rmcp default)
 //! and the cost per event.
 
@@ -89,13 +95,20 @@ const REQUEST_ID: i64 = 1;
 enum Path {
     RmcpDefault,
     Gapless,
+    /// Rings sized for the workload: separates the per-stream ring
+    /// allocation (1 MiB of arena, zeroed, per rmcp stream with the default
+    /// config) from the per-event cost.
+    GaplessSmall,
 }
+
+const PATHS: [Path; 3] = [Path::RmcpDefault, Path::Gapless, Path::GaplessSmall];
 
 impl Path {
     fn name(self) -> &'static str {
         match self {
             Self::RmcpDefault => "rmcp_default",
             Self::Gapless => "gapless",
+            Self::GaplessSmall => "gapless_64ev_16KiB",
         }
     }
 
@@ -105,6 +118,10 @@ impl Path {
             Self::RmcpDefault => manager,
             Self::Gapless => manager.with_event_store(Arc::new(
                 GaplessEventStore::new(Config::default()).expect("the default config is valid"),
+            )),
+            Self::GaplessSmall => manager.with_event_store(Arc::new(
+                GaplessEventStore::new(Config::default().events(64).bytes(16 << 10))
+                    .expect("a valid config"),
             )),
         })
     }
@@ -211,7 +228,9 @@ async fn close(manager: &Arc<LocalSessionManager>, sessions: Vec<Session>) {
 fn progress_of(message: &ServerJsonRpcMessage) -> Option<u64> {
     let value = serde_json::to_value(message).ok()?;
     // rmcp's `progress` is an `f64`: it prints back as `8.0`.
-    value["params"]["progress"].as_f64().map(|progress| progress as u64)
+    value["params"]["progress"]
+        .as_f64()
+        .map(|progress| progress as u64)
 }
 
 /// Phase 1: the request's stream, `k` progress notifications read live,
@@ -340,7 +359,7 @@ async fn iteration(path: Path, messages: &Arc<Messages>, n: usize) -> Timings {
         let first = match path {
             // `CachedTx::sync` re-sends the cursor's own event.
             Path::RmcpDefault => CURSOR,
-            Path::Gapless => CURSOR + 1,
+            Path::Gapless | Path::GaplessSmall => CURSOR + 1,
         };
         assert_eq!(progress, (first..=K).collect::<Vec<_>>(), "{}", path.name());
         sessions.push(session);
@@ -423,7 +442,7 @@ fn sessions(c: &mut Criterion) {
     beyond_the_cache(&rt);
     let messages = Messages::new(K);
     // Warm both paths once (and check them) before any clock runs.
-    for path in [Path::RmcpDefault, Path::Gapless] {
+    for path in PATHS {
         rt.block_on(iteration(path, &messages, 2));
     }
 
@@ -434,7 +453,7 @@ fn sessions(c: &mut Criterion) {
         ] {
             let mut group = c.benchmark_group(format!("rmcp_sessions/{phase}"));
             group.throughput(Throughput::Elements(events));
-            for path in [Path::RmcpDefault, Path::Gapless] {
+            for path in PATHS {
                 group.bench_with_input(BenchmarkId::new(path.name(), n), &n, |b, &n| {
                     b.iter_custom(|iters| {
                         let mut total = Duration::ZERO;
