@@ -519,22 +519,30 @@ fn ratios(_: &mut Criterion) {
         for n in SESSIONS {
             let events = (n as u64 * per_session) as f64;
             let default = median_ns(&group, &format!("rmcp_default/{n}"));
-            let gapless = median_ns(&group, &format!("gapless/{n}"));
-            let (Some(default), Some(gapless)) = (default, gapless) else {
+            let Some(default) = default else {
                 println!(
                     "  {phase} N={n}: no estimates under {}",
                     criterion_dir().display()
                 );
                 continue;
             };
-            println!(
-                "  {phase:<6} N={n:<2}  rmcp_default {:>9.1} µs ({:>6.0} ns/event)  gapless {:>9.1} µs ({:>6.0} ns/event)  ratio {:.2}",
+            let mut line = format!(
+                "  {phase:<6} N={n:<2}  rmcp_default {:>8.1} µs ({:>5.0} ns/event)",
                 default / 1e3,
                 default / events,
-                gapless / 1e3,
-                gapless / events,
-                gapless / default,
             );
+            for path in [Path::Gapless, Path::GaplessSmall] {
+                if let Some(gapless) = median_ns(&group, &format!("{}/{n}", path.name())) {
+                    line += &format!(
+                        "  {} {:>8.1} µs ({:>5.0} ns/event, ratio {:.2})",
+                        path.name(),
+                        gapless / 1e3,
+                        gapless / events,
+                        gapless / default,
+                    );
+                }
+            }
+            println!("{line}");
         }
     }
 }
