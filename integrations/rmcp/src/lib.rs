@@ -105,10 +105,10 @@
 //! right call there; other clients may drop an error whose id they do not
 //! know, and then the logging notification is what remains.
 //!
-//! **What applications see** (mcp 2.3.0, the official Python client, per
-//! the research in `DESIGN-NOTES.md`; the Python tests of issue 10 are to
-//! confirm it): the call raises `MCPError` with code -32010 and `data` intact;
-//! a registered `logging_callback` also gets the logging notification. A
+//! **What applications see** (mcp 2.3.0, the official Python client,
+//! checked by `tests/official_client.rs` in legacy and auto/stateless mode):
+//! the call raises `MCPError` with code -32010 and `data` intact; a
+//! registered `logging_callback` also gets the logging notification. A
 //! logging notification alone reaches only applications that registered a
 //! logging handler, which is why the error comes with it.
 //!
