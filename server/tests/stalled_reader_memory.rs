@@ -19,15 +19,12 @@ const EVENT: usize = 1 << 10;
 const TOTAL: usize = 50 << 20;
 const EMITTERS: usize = 8;
 
+#[path = "common/rss.rs"]
+mod rss;
+
 /// Resident bytes of this process.
 fn rss() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm");
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|field| field.parse().ok())
-        .expect("statm's resident field");
-    pages * 4096
+    rss::resident_bytes("self")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,14 +20,12 @@ const READERS: usize = 4;
 /// hyper's write buffer, and slack. The whole replay is 24 MiB.
 const BUDGET_PER_READER: u64 = 4 << 20;
 
+#[path = "common/rss.rs"]
+mod rss;
+
+/// Resident bytes of this process.
 fn rss() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm");
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|field| field.parse().ok())
-        .expect("statm's resident field");
-    pages * 4096
+    rss::resident_bytes("self")
 }
 
 /// `gapless_events_replayed_total` from `/metrics`.

@@ -9,14 +9,11 @@ use gapless_client::Client;
 const SESSIONS: usize = 300;
 const BUDGET_PER_SESSION: u64 = 256 << 10;
 
+#[path = "../common/rss.rs"]
+mod rss;
+
 fn rss_of(pid: u32) -> u64 {
-    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).expect("statm");
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|field| field.parse().ok())
-        .expect("statm's resident field");
-    pages * 4096
+    rss::resident_bytes(&pid.to_string())
 }
 
 /// `SESSIONS` sessions with 10 small events each; their IDs.

@@ -237,14 +237,20 @@ fn covered(mode: Mode) -> Scenario {
     }
 }
 
-async fn covered_resume(mode: Mode) {
-    let scenario = covered(mode);
+/// Runs `scenario` and asserts the stream was cut, the client resumed, and
+/// every notification then the result arrived exactly once.
+async fn expect_complete(scenario: Scenario) {
     let count = scenario.count;
     let Some(outcome) = run(scenario).await else {
         return;
     };
     outcome.assert_cut_and_resumed();
     outcome.assert_complete(count);
+}
+
+async fn covered_resume(mode: Mode) {
+    let scenario = covered(mode);
+    expect_complete(scenario).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -360,12 +366,7 @@ async fn resume_after_result(mode: Mode) {
         hold: Hold::UntilResultStored,
         resume_elsewhere: false,
     };
-    let count = scenario.count;
-    let Some(outcome) = run(scenario).await else {
-        return;
-    };
-    outcome.assert_cut_and_resumed();
-    outcome.assert_complete(count);
+    expect_complete(scenario).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
