@@ -13,6 +13,8 @@ pub const MAX_EVENTS: usize = 1 << 21;
 pub const MIN_BYTES: usize = 64;
 /// The largest payload capacity: 4 GiB (an 8 GiB arena with its reserve).
 pub const MAX_BYTES: usize = 1 << 32;
+/// The largest seq a ring may start after: 2^62, so that seqs never wrap.
+pub const MAX_START: u64 = 1 << 62;
 
 /// How big a [`Ring`](crate::Ring) is: how many events it retains and how
 /// many payload bytes.
@@ -41,15 +43,18 @@ pub struct Config {
     events: usize,
     bytes: usize,
     epoch: Option<NonZeroU64>,
+    start_after: u64,
 }
 
 impl Default for Config {
-    /// 1024 events and 1 MiB of payload, with a random epoch.
+    /// 1024 events and 1 MiB of payload, with a random epoch, starting at
+    /// seq 1.
     fn default() -> Self {
         Self {
             events: 1024,
             bytes: 1 << 20,
             epoch: None,
+            start_after: 0,
         }
     }
 }
@@ -82,6 +87,34 @@ impl Config {
         self
     }
 
+    /// Continue a stream whose seqs up to `seq` were handed out elsewhere:
+    /// the ring's first emit gets `seq + 1`, and it reports every seq up
+    /// to `seq` as evicted (a cursor below it is a gap, one at it is
+    /// covered and empty). At most [`MAX_START`].
+    ///
+    /// For restoring a stream from an outside history (another process,
+    /// a durable log) under its persisted epoch.
+    ///
+    /// ```
+    /// use gapless::{Config, Coverage, Ring};
+    /// let ring = Ring::new(Config::default().events(8).start_after(41));
+    /// assert_eq!(ring.published(), 41);
+    /// assert_eq!(ring.emit(b"next")?, 42);
+    /// assert!(matches!(ring.coverage(41), Coverage::Covered { first: 42, last: 42 }));
+    /// assert!(matches!(ring.coverage(40), Coverage::Gap(g) if g.first_retained == 42));
+    /// # Ok::<(), gapless::EmitError>(())
+    /// ```
+    #[must_use]
+    pub fn start_after(mut self, seq: u64) -> Self {
+        self.start_after = seq;
+        self
+    }
+
+    /// The seq the ring starts after (0 unless set).
+    pub fn first_seq_after(&self) -> u64 {
+        self.start_after
+    }
+
     /// The requested number of events, before rounding.
     pub fn requested_events(&self) -> usize {
         self.events
@@ -105,6 +138,7 @@ impl Config {
             events: self.events.clamp(MIN_EVENTS, MAX_EVENTS),
             bytes: self.bytes.clamp(MIN_BYTES, MAX_BYTES),
             epoch: self.epoch,
+            start_after: self.start_after.min(MAX_START),
         }
     }
 
@@ -119,6 +153,11 @@ impl Config {
         if self.bytes < MIN_BYTES || self.bytes > MAX_BYTES {
             return Err(ConfigError::Bytes {
                 requested: self.bytes,
+            });
+        }
+        if self.start_after > MAX_START {
+            return Err(ConfigError::StartAfter {
+                requested: self.start_after,
             });
         }
         let slots = self.events.next_power_of_two();
@@ -209,6 +248,11 @@ pub enum ConfigError {
         /// What was asked for.
         requested: usize,
     },
+    /// The starting seq is above [`MAX_START`].
+    StartAfter {
+        /// What was asked for.
+        requested: u64,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -222,6 +266,12 @@ impl fmt::Display for ConfigError {
                 f,
                 "a ring holds between {MIN_BYTES} and {MAX_BYTES} payload bytes, not {requested}"
             ),
+            Self::StartAfter { requested } => {
+                write!(
+                    f,
+                    "a ring starts after seq {MAX_START} at most, not {requested}"
+                )
+            }
         }
     }
 }

@@ -221,7 +221,8 @@ impl Ring<Shared> {
             if published.wrapping_add(window) < last {
                 return false;
             }
-            let published_end = if published == 0 {
+            // The base has no record: the arena is empty before it.
+            let published_end = if published == self.base {
                 0
             } else {
                 self.slots.locate(published).end()

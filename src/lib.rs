@@ -177,7 +177,9 @@ mod writer;
 pub mod session;
 pub mod sse;
 
-pub use config::{Config, ConfigError, Geometry, MAX_BYTES, MAX_EVENTS, MIN_BYTES, MIN_EVENTS};
+pub use config::{
+    Config, ConfigError, Geometry, MAX_BYTES, MAX_EVENTS, MAX_START, MIN_BYTES, MIN_EVENTS,
+};
 pub use emit::MAX_BATCH;
 pub use error::{Coverage, EmitError, Gap, ReadError, ReplayError};
 pub use event::Event;

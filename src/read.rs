@@ -54,7 +54,7 @@ impl<M: EmitMode> Ring<M> {
             || validation.published < seq.wrapping_add(reserve_events);
         let words = location.pos.wrapping_add(self.arena.len()) >= claimed.words
             || validation.floor <= location.pos.wrapping_add(reserve_words);
-        slot && words && location.pos <= claimed.words
+        seq > self.base && slot && words && location.pos <= claimed.words
     }
 
     /// Whether a replay after `cursor` would succeed now, without copying:
@@ -216,7 +216,7 @@ impl<M: EmitMode> Ring<M> {
                 .saturating_sub(events)
                 .min((v.published + 1).saturating_sub(reserve_events))
         };
-        let mut low = gone(before).max(1);
+        let mut low = gone(before).max(self.base + 1);
         let mut high = published + 1;
         while low < high {
             let middle = low + (high - low) / 2;
@@ -252,7 +252,9 @@ impl<M: EmitMode> Ring<M> {
         Retention {
             claimed: published,
             published,
-            first_retained: (published + 1).saturating_sub(self.slots.len()).max(1),
+            first_retained: (published + 1)
+                .saturating_sub(self.slots.len())
+                .max(self.base + 1),
         }
     }
 }

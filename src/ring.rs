@@ -67,6 +67,9 @@ pub struct Ring<M: EmitMode = Shared> {
     /// stream that event IDs carry.
     pub(crate) epoch: u64,
     pub(crate) geometry: Geometry,
+    /// The seq this ring starts after (`Config::start_after`): seqs up to
+    /// it were never in this ring and are always reported evicted. Fixed.
+    pub(crate) base: u64,
     /// The claim word (see `claim`): seqs and arena words handed out, packed
     /// so one `fetch_add` claims both. Never decreases (as decoded).
     pub(crate) claim: CachePadded<AtomicU64>,
@@ -125,13 +128,23 @@ impl<M: EmitMode> Ring<M> {
     /// Builds a ring for either mode; the public constructors pick it.
     pub(crate) fn build(config: Config) -> Result<Self, ConfigError> {
         let geometry = config.geometry()?;
+        let base = config.first_seq_after();
         Ok(Self {
             epoch: config
                 .fixed_epoch()
                 .map_or_else(crate::epoch::random, |e| e.get()),
             geometry,
-            claim: CachePadded::new(AtomicU64::new(0)),
-            published: CachePadded::new(AtomicU64::new(0)),
+            base,
+            // `base` seqs and no words claimed, all of them published: the
+            // state of a ring whose `base` events were evicted.
+            claim: CachePadded::new(AtomicU64::new(
+                Claimed {
+                    seqs: base,
+                    words: 0,
+                }
+                .encode(),
+            )),
+            published: CachePadded::new(AtomicU64::new(base)),
             published_end_floor: CachePadded::new(AtomicU64::new(0)),
             slots: Slots::new(geometry.events()),
             arena: Arena::new(geometry.arena_words()),

@@ -62,9 +62,13 @@ impl Writer {
 
     /// A writer of a new ring, rejecting sizes outside the documented range.
     pub fn try_new(config: Config) -> Result<Self, ConfigError> {
+        let ring = Ring::build(config)?;
         Ok(Self {
-            ring: Arc::new(Ring::build(config)?),
-            claimed: Claimed { seqs: 0, words: 0 },
+            claimed: Claimed {
+                seqs: ring.base,
+                words: 0,
+            },
+            ring: Arc::new(ring),
             floor: 0,
         })
     }

@@ -426,3 +426,40 @@ fn a_single_writer_emits_dense_seqs_that_readers_replay() {
     assert_eq!(ring.read(7).unwrap().payload.len(), max);
     assert!(ring.coverage(5).is_covered());
 }
+
+#[test]
+fn a_ring_that_starts_after_a_seq_continues_it_and_never_serves_below_it() {
+    for base in [1u64, 41, (1 << 24) - 1, gapless::MAX_START] {
+        let ring = Ring::new(roomy().start_after(base));
+        assert_eq!(ring.published(), base);
+        assert_eq!(ring.first_retained(), base + 1);
+        // Nothing below the base is served, and the figures say so.
+        assert!(ring.replay_after(base).unwrap().is_empty());
+        match ring.replay_after(base - 1) {
+            Err(ReplayError::Gap(gap)) => {
+                assert_eq!((gap.first_retained, gap.evicted), (base + 1, 1));
+            }
+            other => panic!("base {base}: {other:?}"),
+        }
+        assert_eq!(ring.emit(b"a").unwrap(), base + 1);
+        assert_eq!(ring.emit(b"b").unwrap(), base + 2);
+        let events = ring.replay_after(base).unwrap();
+        assert_eq!(seqs(&events), [base + 1, base + 2]);
+        assert_eq!(&events[0].payload[..], b"a");
+        assert!(matches!(
+            ring.read(base),
+            Err(ReadError::Evicted { first_retained, .. }) if first_retained == base + 1
+        ));
+        assert_eq!(ring.stats().evicted, base);
+    }
+    // Eviction continues from the base: four slots, six emits.
+    let ring = Ring::new(Config::default().events(4).bytes(1024).start_after(100));
+    for i in 0..6u8 {
+        ring.emit(&[i]).unwrap();
+    }
+    assert_eq!(ring.first_retained(), 103);
+    let mut writer = gapless::Writer::new(Config::default().events(4).start_after(7));
+    assert_eq!(writer.emit(b"x").unwrap(), 8);
+    assert_eq!(seqs(&writer.ring().replay_after(7).unwrap()), [8]);
+    assert!(Ring::try_new(Config::default().start_after(gapless::MAX_START + 1)).is_err());
+}

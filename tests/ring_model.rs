@@ -66,8 +66,12 @@ fn payload(len: usize, fill: u8) -> Vec<u8> {
         .collect()
 }
 
-fn run(events: usize, bytes: usize, ops: &[Op]) -> Result<(), TestCaseError> {
-    let ring = Ring::try_new(Config::default().events(events).bytes(bytes)).unwrap();
+fn run(events: usize, bytes: usize, base: u64, ops: &[Op]) -> Result<(), TestCaseError> {
+    let config = Config::default()
+        .events(events)
+        .bytes(bytes)
+        .start_after(base);
+    let ring = Ring::try_new(config).unwrap();
     let mut model = Model::new(&ring);
     for op in ops {
         match op {
@@ -127,15 +131,17 @@ proptest! {
         ..ProptestConfig::default()
     })]
 
-    /// Random configs (2..=32 events, 64..=1024 bytes) and up to 200 random
-    /// operations: the ring and the model never disagree.
+    /// Random configs (2..=32 events, 64..=1024 bytes, starting at seq 1
+    /// or after a restored seq) and up to 200 random operations: the ring
+    /// and the model never disagree.
     #[test]
     fn ring_matches_the_btreemap_model(
         events in prop::sample::select(vec![2usize, 3, 4, 8, 16, 32]),
         bytes in prop::sample::select(vec![64usize, 100, 128, 256, 1024]),
+        base in prop_oneof![3 => Just(0u64), 1 => 1u64..40, 1 => Just((1u64 << 24) - 3), 1 => Just(gapless::MAX_START - 1000)],
         ops in prop::collection::vec(op(), 1..200),
     ) {
-        run(events, bytes, &ops)?;
+        run(events, bytes, base, &ops)?;
     }
 }
 

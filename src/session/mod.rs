@@ -394,6 +394,30 @@ impl Session {
         self.account_gap(&mut cursors, first_retained);
     }
 
+    /// Raises `acked` and `sent` to at least the given values (each is a
+    /// maximum, never lowered): the cursors another process recorded for
+    /// this session, for a session restored from an outside history. `sent`
+    /// is clamped to the ring's watermark, as in [`Session::record_sent`],
+    /// so catch the ring up first.
+    ///
+    /// ```
+    /// use gapless::session::{Session, SessionOptions};
+    /// use gapless::{Config, EventId, Ring};
+    /// let ring = Ring::new(Config::default().start_after(10));
+    /// let session = Session::new(ring, SessionOptions::default());
+    /// session.raise_cursors(7, 10);
+    /// let state = session.state();
+    /// assert_eq!((state.acked, state.sent), (7, 10));
+    /// let cursor = EventId { epoch: session.epoch(), seq: 10 };
+    /// assert!(session.ack(cursor).is_ok()); // legitimate: sent elsewhere
+    /// ```
+    pub fn raise_cursors(&self, acked: u64, sent: u64) {
+        let published = self.ring.published();
+        let mut cursors = lock(&self.cursors);
+        cursors.sent = cursors.sent.max(sent.min(published));
+        cursors.acked = cursors.acked.max(acked.min(cursors.sent));
+    }
+
     /// Records that a transport wrote every event up to `seq`.
     pub fn record_sent(&self, seq: u64) {
         let seq = seq.min(self.ring.published());

@@ -20,6 +20,8 @@ pub struct Model {
     window_words: u64,
     /// The ring's largest payload.
     pub max_payload: usize,
+    /// The seq the ring started after: never retained.
+    base: u64,
     /// Seqs emitted: the published watermark.
     pub head: u64,
     /// Words emitted.
@@ -29,15 +31,19 @@ pub struct Model {
 }
 
 impl Model {
+    /// The model of `ring`, fresh (it may start after a seq: its
+    /// watermark is the base).
     pub fn new(ring: &Ring) -> Self {
         let g = ring.geometry();
+        let base = ring.published();
         Self {
             slots: g.events() as u64,
             words: g.arena_words() as u64,
             window: g.window(),
             window_words: g.window_words() as u64,
             max_payload: g.max_payload(),
-            head: 0,
+            base,
+            head: base,
             tail: 0,
             records: BTreeMap::new(),
         }
@@ -96,7 +102,9 @@ impl Model {
             .map(|(&seq, _)| seq)
             .last()
             .unwrap_or(0);
-        by_words.max(self.head.saturating_sub(self.slots))
+        by_words
+            .max(self.head.saturating_sub(self.slots))
+            .max(self.base)
     }
 
     pub fn gap(&self, cursor: u64) -> Gap {
