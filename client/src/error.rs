@@ -104,6 +104,14 @@ impl ClientError {
                 code: "too_many_connections".into(),
                 retry_after: None,
             },
+            (503, Ok(Failure::HistoryUnavailable)) => Self::Unavailable {
+                code: "history_unavailable".into(),
+                retry_after: None,
+            },
+            (503, Ok(Failure::OwnerUnavailable)) => Self::Unavailable {
+                code: "owner_unavailable".into(),
+                retry_after: None,
+            },
             (413, _) => Self::BodyTooLarge { body: text },
             _ => Self::UnexpectedStatus { status, body: text },
         }

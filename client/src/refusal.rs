@@ -272,6 +272,12 @@ pub enum Failure {
     TooManySessions,
     /// `503`: the server holds as many connections as it allows.
     TooManyConnections,
+    /// `503`: the shared history (several instances over Redis) did not
+    /// answer; nothing was acknowledged.
+    HistoryUnavailable,
+    /// `503` with `Retry-After`: another instance owns the session (until
+    /// its lease lapses).
+    OwnerUnavailable,
     /// `500`: the server could not complete the request (what failed is in
     /// its log, never in the answer).
     Internal,

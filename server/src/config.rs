@@ -58,6 +58,10 @@ pub struct ServerConfig {
     /// How long a ping may go without a pong before the socket is closed
     /// (default 20 s).
     pub pong_timeout: Duration,
+    /// With `Some`, instances sharing this Redis serve the same sessions
+    /// (see `HistoryConfig`); `None` (default): one process holds each
+    /// session.
+    pub redis: Option<crate::history::HistoryConfig>,
 }
 
 impl Default for ServerConfig {
@@ -81,6 +85,7 @@ impl Default for ServerConfig {
             send_buffer: 256 << 10,
             ping_interval: Duration::from_secs(20),
             pong_timeout: Duration::from_secs(20),
+            redis: None,
         }
     }
 }

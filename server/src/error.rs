@@ -31,6 +31,12 @@ pub(crate) enum ApiError {
     TooManyStreams,
     /// `503 too_many_sessions` with `Retry-After`.
     TooManySessions { retry_after_secs: u64 },
+    /// `503 history_unavailable`: the shared history (Redis) did not
+    /// answer; nothing was acknowledged.
+    HistoryUnavailable,
+    /// `503 owner_unavailable` with `Retry-After`: another instance owns
+    /// the session (until its lease lapses).
+    OwnerUnavailable { retry_after_secs: u64 },
     /// `500 internal`: the server could not complete the request; the
     /// cause is logged here and never sent.
     Internal(String),
@@ -71,11 +77,47 @@ impl IntoResponse for ApiError {
                     .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
                 return response;
             }
+            Self::HistoryUnavailable => {
+                (StatusCode::SERVICE_UNAVAILABLE, Failure::HistoryUnavailable)
+            }
+            Self::OwnerUnavailable { retry_after_secs } => {
+                let mut response = (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    Json(Failure::OwnerUnavailable),
+                )
+                    .into_response();
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+                return response;
+            }
             Self::Internal(cause) => {
                 tracing::error!(%cause, "internal error");
                 (StatusCode::INTERNAL_SERVER_ERROR, Failure::Internal)
             }
         };
         (status, Json(failure)).into_response()
+    }
+}
+
+impl From<crate::state::LoadError> for ApiError {
+    fn from(error: crate::state::LoadError) -> Self {
+        use crate::state::LoadError;
+        match error {
+            // The session's `Retry-After`: sessions end on DELETE and on
+            // idle expiry.
+            LoadError::TooMany => Self::TooManySessions {
+                retry_after_secs: 5,
+            },
+            LoadError::Gone => Self::NoSuchSession,
+            LoadError::History(crate::history::HistoryError::Corrupt(what)) => {
+                Self::Internal(format!("history: {what}"))
+            }
+            LoadError::History(error) => {
+                tracing::warn!(%error, "shared history");
+                Self::HistoryUnavailable
+            }
+            LoadError::Restore(what) => Self::Internal(format!("restoring a session: {what}")),
+        }
     }
 }

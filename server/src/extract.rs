@@ -17,7 +17,8 @@ use std::sync::Arc;
 /// The session named by the `{id}` path segment, its idle clock restarted.
 /// A malformed ID is as unknown as a deleted or expired one: `404
 /// no_such_session`, never a `400` that would tell a prober which IDs are
-/// well formed.
+/// well formed. With a shared history, a session this instance does not
+/// hold is loaded from it (`503 history_unavailable` if it cannot be).
 pub(crate) struct SessionEntry {
     /// The ID as parsed.
     pub(crate) id: SessionId,
@@ -36,7 +37,10 @@ impl FromRequestParts<AppState> for SessionEntry {
             .await
             .map_err(|_| ApiError::NoSuchSession)?;
         let id: SessionId = id.parse().map_err(|_| ApiError::NoSuchSession)?;
-        let entry = state.sessions.get(&id).ok_or(ApiError::NoSuchSession)?;
+        let entry = state
+            .find_session(&id)
+            .await?
+            .ok_or(ApiError::NoSuchSession)?;
         // Any request naming the session restarts its idle clock.
         state.touch(&entry);
         Ok(Self { id, entry })

@@ -21,6 +21,8 @@
 //! | module | holds |
 //! |---|---|
 //! | `config` | [`ServerConfig`] |
+//! | `history` | the shared history in Redis (`--redis`): scripts, leases, reads, tails |
+//! | `replica` | one session's local ring as a replica of its history: owner appends, mirror tail |
 //! | `state` | [`AppState`]: sessions, metrics, the shutdown signal |
 //! | `error` | every error answer, rendered to its `gapless_client::wire` body |
 //! | `connection` | a handle that lets a stream drop its TCP connection |
@@ -43,15 +45,18 @@ mod delivery;
 mod error;
 mod extract;
 mod handlers;
+mod history;
 mod ids;
 mod json;
 mod layers;
 mod metrics;
+mod replica;
 mod routes;
 mod serve;
 mod state;
 
 pub use config::ServerConfig;
+pub use history::{HistoryConfig, HistoryError};
 pub use ids::SessionId;
 pub use layers::with_layers;
 pub use routes::{router, routes};

@@ -1,5 +1,6 @@
 //! Counters for `/metrics`, rendered as Prometheus text.
 
+use crate::history::HistoryError;
 use gapless::session::Refusal;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -63,6 +64,9 @@ impl Limit {
     }
 }
 
+/// The kinds of `gapless_history_errors_total`, in output order.
+const HISTORY_ERRORS: [&str; 4] = ["unavailable", "owner_unavailable", "gone", "corrupt"];
+
 /// Where a refusal happened.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Stage {
@@ -90,6 +94,12 @@ pub(crate) struct Metrics {
     pub(crate) lapped_readers: AtomicU64,
     /// Sessions ended by the idle timeout.
     pub(crate) sessions_expired: AtomicU64,
+    /// Sessions this instance loaded from the shared history.
+    pub(crate) sessions_loaded: AtomicU64,
+    /// Local replicas dropped and loaded afresh because the history had
+    /// trimmed past them.
+    pub(crate) replicas_reloaded: AtomicU64,
+    history_errors: [AtomicU64; HISTORY_ERRORS.len()],
     limits_tripped: [AtomicU64; Limit::ALL.len()],
     migrations_refused: [AtomicU64; REFUSAL_CODES.len()],
     resumes_refused: [AtomicU64; REFUSAL_CODES.len()],
@@ -99,6 +109,17 @@ impl Metrics {
     /// Counts one trip of `limit`.
     pub(crate) fn tripped(&self, limit: Limit) {
         self.limits_tripped[limit as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one failed call to the shared history.
+    pub(crate) fn history_failed(&self, error: &HistoryError) {
+        let kind = match error {
+            HistoryError::Unavailable(_) | HistoryError::Behind { .. } => 0,
+            HistoryError::NotOwner { .. } => 1,
+            HistoryError::Gone => 2,
+            HistoryError::Corrupt(_) => 3,
+        };
+        self.history_errors[kind].fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn refused(&self, stage: Stage, refusal: &Refusal) {
@@ -184,6 +205,27 @@ impl Metrics {
             "Sessions ended by the idle timeout.",
             get(&self.sessions_expired),
         );
+        counter(
+            "gapless_sessions_loaded_total",
+            "Sessions loaded from the shared history (--redis).",
+            get(&self.sessions_loaded),
+        );
+        counter(
+            "gapless_replicas_reloaded_total",
+            "Local replicas reloaded because the shared history trimmed past them.",
+            get(&self.replicas_reloaded),
+        );
+        let _ = writeln!(
+            out,
+            "# HELP gapless_history_errors_total Failed calls to the shared history, by kind.\n# TYPE gapless_history_errors_total counter"
+        );
+        for (kind, count) in HISTORY_ERRORS.iter().zip(&self.history_errors) {
+            let _ = writeln!(
+                out,
+                "gapless_history_errors_total{{kind=\"{kind}\"}} {}",
+                get(count)
+            );
+        }
         let _ = writeln!(
             out,
             "# HELP gapless_limits_tripped_total Limits that tripped, by kind.\n# TYPE gapless_limits_tripped_total counter"

@@ -84,14 +84,17 @@ pub async fn spawn(config: ServerConfig, addr: SocketAddr) -> std::io::Result<Ru
 /// the module docs).
 ///
 /// # Errors
-/// None today: accept errors are logged and retried. The `Result` leaves
-/// room for a listener that can fail for good.
+/// The shared history of `config.redis` cannot be reached. Accept errors
+/// are logged and retried.
 pub async fn serve(
     listener: TcpListener,
     config: ServerConfig,
     shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
-    serve_state(listener, AppState::new(config, shutdown)).await
+    let state = AppState::connect(config, shutdown)
+        .await
+        .map_err(std::io::Error::other)?;
+    serve_state(listener, state).await
 }
 
 /// [`serve`] with a state the caller built (and may share, say to read
@@ -244,6 +247,8 @@ async fn refuse(mut tcp: TcpStream) {
 /// stop drops what is left.
 async fn stop(shared: &Shared) {
     let lifecycle = &shared.lifecycle;
+    // Other instances take over this one's sessions at once.
+    shared.release_leases().await;
     lifecycle.tasks.close();
     if tokio::time::timeout(shared.config.shutdown_grace, lifecycle.tasks.wait())
         .await

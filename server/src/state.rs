@@ -2,8 +2,10 @@
 //! metrics, and the server's lifecycle (shutdown signals, tracked tasks).
 
 use crate::config::ServerConfig;
+use crate::history::{History, HistoryError, Snapshot, Token};
 use crate::ids::SessionId;
 use crate::metrics::{Limit, Metrics};
+use crate::replica::{Replica, ReplicaError};
 use gapless::session::{Session, SessionOptions, Transport};
 use gapless::{Config, ConfigError, Ring, Store};
 use std::future::Future;
@@ -15,8 +17,14 @@ use tokio_util::task::TaskTracker;
 
 /// One live session and what its streams and the idle reaper watch.
 pub(crate) struct Entry {
+    /// The session's ID.
+    pub(crate) id: SessionId,
     /// The engine's session: ring, cursors, attachment, tickets.
     pub(crate) session: Session,
+    /// With `--redis`: the link between the ring and the shared history
+    /// (this instance's role, its writes into the ring). `None`: the ring
+    /// is the whole history.
+    pub(crate) replica: Option<Arc<Replica>>,
     /// Bumped whenever the session's attachment changes or it ends, so a
     /// stream that is no longer current (an SSE stream superseded by a
     /// WebSocket, a deleted session) wakes and ends at once.
@@ -83,6 +91,8 @@ pub(crate) struct Shared {
     session_count: AtomicUsize,
     pub(crate) metrics: Metrics,
     pub(crate) lifecycle: Lifecycle,
+    /// With `--redis`: the history every instance shares.
+    pub(crate) history: Option<Arc<History>>,
     /// The origin of every `last_active_ms`.
     started: Instant,
 }
@@ -116,24 +126,25 @@ impl Shared {
     }
 
     fn insert_session(&self) -> Result<(SessionId, Arc<Entry>), CreateError> {
-        let options = SessionOptions {
-            strict: self.config.strict,
-            ticket_ttl: self.config.ticket_ttl,
-            ..SessionOptions::default()
-        };
+        let options = self.session_options();
         let ring_config = Config::default()
             .events(self.config.ring_events)
             .bytes(self.config.ring_bytes);
         loop {
             let id = SessionId::random().map_err(CreateError::Random)?;
+            let token = match self.history {
+                Some(_) => Some(Token::random().map_err(CreateError::Random)?),
+                None => None,
+            };
             let (entry, created) = self
                 .sessions
                 .get_or_try_insert_with(id, || {
-                    Ring::try_new(ring_config).map(|ring| Entry {
-                        session: Session::new(ring, options),
-                        changed: watch::channel(0).0,
-                        last_active_ms: AtomicU64::new(self.now_ms()),
-                        streams: AtomicUsize::new(0),
+                    Ring::try_new(ring_config).map(|ring| {
+                        let ring = Arc::new(ring);
+                        let replica = token.map(|token| {
+                            Arc::new(Replica::new(id, token, Arc::clone(&ring), true))
+                        });
+                        self.entry(id, Session::new(ring, options), replica)
                     })
                 })
                 .map_err(CreateError::Ring)?;
@@ -142,6 +153,247 @@ impl Shared {
                 return Ok((id, entry));
             }
         }
+    }
+
+    fn session_options(&self) -> SessionOptions {
+        SessionOptions {
+            strict: self.config.strict,
+            ticket_ttl: self.config.ticket_ttl,
+            ..SessionOptions::default()
+        }
+    }
+
+    fn entry(&self, id: SessionId, session: Session, replica: Option<Arc<Replica>>) -> Entry {
+        Entry {
+            id,
+            session,
+            replica,
+            changed: watch::channel(0).0,
+            last_active_ms: AtomicU64::new(self.now_ms()),
+            streams: AtomicUsize::new(0),
+        }
+    }
+
+    /// A new session, recorded in the shared history when there is one
+    /// (this instance then owns it).
+    ///
+    /// # Errors
+    /// As [`Shared::create_session`], and the history is unavailable (the
+    /// session is not created).
+    pub(crate) async fn create_shared_session(
+        &self,
+    ) -> Result<(SessionId, Arc<Entry>), CreateError> {
+        let Some(history) = &self.history else {
+            return self.create_session();
+        };
+        loop {
+            let (id, entry) = self.create_session()?;
+            let Some(replica) = &entry.replica else {
+                return Ok((id, entry));
+            };
+            match history
+                .create(&id, entry.session.epoch(), replica.token())
+                .await
+            {
+                Ok(true) => {
+                    replica.keep_lease(history);
+                    return Ok((id, entry));
+                }
+                // Another instance holds a session with this ID.
+                Ok(false) => {
+                    self.drop_local(&id);
+                }
+                Err(error) => {
+                    self.drop_local(&id);
+                    self.metrics.history_failed(&error);
+                    return Err(CreateError::History(error));
+                }
+            }
+        }
+    }
+
+    /// The session `id`: the local entry, or (with a shared history) the
+    /// session loaded from it: a ring holding the newest retained events
+    /// under the session's epoch, and the cursors every instance recorded.
+    /// `Ok(None)`: no such session.
+    ///
+    /// # Errors
+    /// The history is unavailable or holds something unexpected; the
+    /// session limit is reached.
+    pub(crate) async fn find_session(
+        self: &Arc<Self>,
+        id: &SessionId,
+    ) -> Result<Option<Arc<Entry>>, LoadError> {
+        if let Some(entry) = self.sessions.get(id) {
+            return Ok(Some(entry));
+        }
+        let Some(history) = &self.history else {
+            return Ok(None);
+        };
+        let snapshot = match history.newest(id, self.config.ring_events).await {
+            Ok(Some(snapshot)) => snapshot,
+            Ok(None) => return Ok(None),
+            Err(error) => {
+                self.metrics.history_failed(&error);
+                return Err(LoadError::History(error));
+            }
+        };
+        if self.session_count.fetch_add(1, Ordering::AcqRel) >= self.config.max_sessions {
+            self.session_count.fetch_sub(1, Ordering::AcqRel);
+            self.metrics.tripped(Limit::Sessions);
+            return Err(LoadError::TooMany);
+        }
+        let token = Token::random().map_err(|e| LoadError::Restore(e.to_string()))?;
+        let (entry, created) = match self
+            .sessions
+            .get_or_try_insert_with(*id, || self.restore(*id, token, &snapshot))
+        {
+            Ok(inserted) => inserted,
+            Err(error) => {
+                self.session_count.fetch_sub(1, Ordering::AcqRel);
+                return Err(LoadError::Restore(error));
+            }
+        };
+        if created {
+            self.metrics.sessions_loaded.fetch_add(1, Ordering::Relaxed);
+        } else {
+            // Another request loaded it first.
+            self.session_count.fetch_sub(1, Ordering::AcqRel);
+        }
+        Ok(Some(entry))
+    }
+
+    /// An entry for session `id` from the history's snapshot (newest events
+    /// in seq order, dense, ending at `published`).
+    fn restore(&self, id: SessionId, token: Token, snapshot: &Snapshot) -> Result<Entry, String> {
+        let epoch = std::num::NonZeroU64::new(snapshot.epoch).ok_or("epoch 0 in the history")?;
+        let base = snapshot
+            .events
+            .first()
+            .map_or(snapshot.published, |(seq, _)| seq.saturating_sub(1));
+        let config = Config::default()
+            .events(self.config.ring_events)
+            .bytes(self.config.ring_bytes)
+            .epoch(epoch)
+            .start_after(base);
+        let ring = Arc::new(Ring::try_new(config).map_err(|e| e.to_string())?);
+        for (seq, payload) in &snapshot.events {
+            let emitted = ring.emit(payload).map_err(|e| e.to_string())?;
+            if emitted != *seq {
+                return Err(format!("history seq {seq} became ring seq {emitted}"));
+            }
+        }
+        if ring.published() != snapshot.published {
+            return Err(format!(
+                "history ends at {}, its newest event is {}",
+                snapshot.published,
+                ring.published()
+            ));
+        }
+        let session = Session::new(Arc::clone(&ring), self.session_options());
+        session.raise_cursors(snapshot.acked, snapshot.sent);
+        let replica = Arc::new(Replica::new(id, token, ring, false));
+        Ok(self.entry(id, session, Some(replica)))
+    }
+
+    /// Catches `entry`'s ring up with the shared history and raises its
+    /// cursors to what every instance recorded, before a check of a client
+    /// cursor. A replica too far behind is dropped and loaded afresh: the
+    /// entry to use is returned. Without a history: `entry` itself.
+    ///
+    /// # Errors
+    /// The history is unavailable, or the session is gone from it (it is
+    /// then ended here too).
+    pub(crate) async fn refresh(
+        self: &Arc<Self>,
+        entry: Arc<Entry>,
+    ) -> Result<Arc<Entry>, LoadError> {
+        let (Some(history), Some(replica)) = (&self.history, &entry.replica) else {
+            return Ok(entry);
+        };
+        match replica.refresh(history).await {
+            Ok((acked, sent)) => {
+                entry.session.raise_cursors(acked, sent);
+                Ok(entry)
+            }
+            Err(ReplicaError::History(HistoryError::Gone)) => {
+                self.end_session(&entry.id);
+                Err(LoadError::Gone)
+            }
+            Err(ReplicaError::History(error)) => {
+                self.metrics.history_failed(&error);
+                Err(LoadError::History(error))
+            }
+            Err(error) => {
+                tracing::info!(session = %entry.id, %error, "replica reloaded");
+                self.metrics
+                    .replicas_reloaded
+                    .fetch_add(1, Ordering::Relaxed);
+                self.drop_local(&entry.id);
+                self.find_session(&entry.id).await?.ok_or(LoadError::Gone)
+            }
+        }
+    }
+
+    /// Records `entry`'s cursors in the shared history (a no-op without
+    /// one), before an answer or bytes that depend on them leave.
+    ///
+    /// # Errors
+    /// The history is unavailable, or the session is gone from it.
+    pub(crate) async fn persist_cursors(&self, entry: &Entry) -> Result<(), LoadError> {
+        let Some(history) = &self.history else {
+            return Ok(());
+        };
+        let state = entry.session.state();
+        match history
+            .raise_cursors(&entry.id, state.acked, state.sent)
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(HistoryError::Gone) => Err(LoadError::Gone),
+            Err(error) => {
+                self.metrics.history_failed(&error);
+                Err(LoadError::History(error))
+            }
+        }
+    }
+
+    /// Starts following the shared history for `entry` (a no-op without one
+    /// or when running): a stream is about to read its ring.
+    pub(crate) fn follow_history(self: &Arc<Self>, entry: &Entry) {
+        let (Some(history), Some(replica)) = (&self.history, &entry.replica) else {
+            return;
+        };
+        let shared = Arc::downgrade(self);
+        let id = entry.id;
+        replica.follow(history, move |_| {
+            if let Some(shared) = shared.upgrade() {
+                shared
+                    .metrics
+                    .replicas_reloaded
+                    .fetch_add(1, Ordering::Relaxed);
+                shared.drop_local(&id);
+            }
+        });
+    }
+
+    /// Gives up the lease of every session this instance owns (graceful
+    /// shutdown), so other instances take them over at once.
+    pub(crate) async fn release_leases(&self) {
+        let Some(history) = &self.history else {
+            return;
+        };
+        for (_, entry) in self.sessions.entries() {
+            if let Some(replica) = &entry.replica {
+                replica.release(history).await;
+            }
+        }
+    }
+
+    /// Ends this instance's copy of session `id` (its streams end; clients
+    /// resume with their cursors), leaving the shared history alone.
+    pub(crate) fn drop_local(&self, id: &SessionId) {
+        let _ = self.end_session(id);
     }
 
     /// Ends session `id` (DELETE or idle expiry): it leaves the store, its
@@ -172,6 +424,13 @@ impl Shared {
                 && entry.streams.load(Ordering::Acquire) == 0
                 && now.saturating_sub(entry.last_active_ms.load(Ordering::Relaxed)) > idle_ms;
             if idle && self.end_session(&id).is_some() {
+                // The history keeps the session (its keys expire on their
+                // own after the idle timeout); another instance may take
+                // it over at once.
+                if let (Some(history), Some(replica)) = (&self.history, &entry.replica) {
+                    let (history, replica) = (Arc::clone(history), Arc::clone(replica));
+                    tokio::spawn(async move { replica.release(&history).await });
+                }
                 self.metrics
                     .sessions_expired
                     .fetch_add(1, Ordering::Relaxed);
@@ -190,6 +449,21 @@ pub(crate) enum CreateError {
     Random(getrandom::Error),
     /// The configured ring geometry is invalid or cannot be allocated.
     Ring(ConfigError),
+    /// The shared history is unavailable.
+    History(HistoryError),
+}
+
+/// Why a session could not be found or brought up to date.
+#[derive(Debug)]
+pub(crate) enum LoadError {
+    /// `max_sessions` are live on this instance.
+    TooMany,
+    /// The session is gone from the shared history.
+    Gone,
+    /// The shared history is unavailable or holds something unexpected.
+    History(HistoryError),
+    /// What the history holds cannot be restored into a ring here.
+    Restore(String),
 }
 
 impl std::fmt::Display for CreateError {
@@ -198,6 +472,7 @@ impl std::fmt::Display for CreateError {
             Self::TooMany => f.write_str("the session limit is reached"),
             Self::Random(error) => write!(f, "OS random source: {error}"),
             Self::Ring(error) => write!(f, "session ring: {error}"),
+            Self::History(error) => error.fmt(f),
         }
     }
 }
@@ -214,6 +489,35 @@ impl AppState {
     /// ends sessions idle for `config.idle_timeout` and stops with the
     /// shutdown signal or when the last clone of the state is dropped.
     pub fn new(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Self {
+        Self::with_history(config, None, shutdown)
+    }
+
+    /// [`AppState::new`], connected to the shared history of
+    /// `config.redis` when it is set.
+    ///
+    /// # Errors
+    /// The history's URL is malformed or Redis does not answer.
+    pub async fn connect(
+        config: ServerConfig,
+        shutdown: watch::Receiver<bool>,
+    ) -> Result<Self, HistoryError> {
+        let history = match &config.redis {
+            Some(redis) => {
+                let mut redis = redis.clone();
+                redis.retention = redis.retention.max(config.ring_events);
+                redis.idle = config.idle_timeout;
+                Some(Arc::new(History::connect(redis).await?))
+            }
+            None => None,
+        };
+        Ok(Self::with_history(config, history, shutdown))
+    }
+
+    fn with_history(
+        config: ServerConfig,
+        history: Option<Arc<History>>,
+        shutdown: watch::Receiver<bool>,
+    ) -> Self {
         let shared = Arc::new(Shared {
             config,
             sessions: Store::new(64),
@@ -224,6 +528,7 @@ impl AppState {
                 hard_stop: watch::channel(false).0,
                 tasks: TaskTracker::new(),
             },
+            history,
             started: Instant::now(),
         });
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {

@@ -93,13 +93,16 @@ impl StreamSlot {
     ///
     /// # Errors
     /// `429 too_many_streams` when all are taken (counted).
-    pub(crate) fn take(state: &Shared, entry: &Arc<Entry>) -> Result<Self, ApiError> {
+    pub(crate) fn take(state: &Arc<Shared>, entry: &Arc<Entry>) -> Result<Self, ApiError> {
         let max = state.config.max_streams_per_session;
         if entry.streams.fetch_add(1, Ordering::AcqRel) >= max {
             entry.streams.fetch_sub(1, Ordering::AcqRel);
             state.metrics.tripped(Limit::StreamsPerSession);
             return Err(ApiError::TooManyStreams);
         }
+        // A stream reads the local ring: on an instance that does not own
+        // the session, the ring must follow the shared history.
+        state.follow_history(entry);
         Ok(Self {
             entry: Arc::clone(entry),
         })
@@ -281,6 +284,14 @@ pub(crate) async fn deliver(
                     continue;
                 };
                 session.record_sent(last);
+                // With a shared history, `sent` is recorded there before the
+                // bytes leave, so the client's cursor is legitimate on every
+                // instance; if it cannot be, the connection closes and the
+                // client resumes with its own cursor.
+                if state.persist_cursors(&attached.entry).await.is_err() {
+                    transport.abort();
+                    return;
+                }
                 match tokio::time::timeout(write_timeout, transport.send_events(epoch, &events))
                     .await
                 {

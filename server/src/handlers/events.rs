@@ -6,13 +6,17 @@ use crate::connection::ConnectionHandle;
 use crate::delivery::{self, copy_replay, Attached, NotReplayed, StreamSlot};
 use crate::error::ApiError;
 use crate::extract::{sse_cursor, JsonBody, SessionEntry};
+use crate::history::HistoryError;
+use crate::ids::SessionId;
 use crate::metrics::Stage;
-use crate::state::AppState;
+use crate::replica::ReplicaError;
+use crate::state::{AppState, Shared};
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::Extension;
 use axum::Json;
+use bytes::Bytes;
 use gapless::session::Refusal;
 use gapless::{EmitError, EventId};
 use gapless_client::wire::Emitted;
@@ -33,23 +37,86 @@ pub(crate) async fn emit(
     // Stored compact but otherwise as sent (key order, number spelling and
     // escapes untouched): one SSE data line, the same bytes on every transport.
     let compact = crate::json::minify(&bytes);
-    match entry.session.ring().emit(&compact) {
-        Ok(seq) => {
-            state.metrics.events_emitted.fetch_add(1, Ordering::Relaxed);
-            let id = EventId {
-                epoch: entry.session.epoch(),
-                seq,
-            };
-            Ok((StatusCode::ACCEPTED, Json(Emitted { id })))
+    let ring = entry.session.ring();
+    let seq = match (&state.history, &entry.replica) {
+        // Appended to the shared history first, then into the ring: the
+        // `202` means durable in Redis.
+        (Some(history), Some(replica)) => {
+            if compact.len() > ring.max_payload() {
+                return Err(ApiError::PayloadTooLarge {
+                    len: compact.len(),
+                    max: ring.max_payload(),
+                });
+            }
+            let seq = replica
+                .emit(history, Bytes::from(compact))
+                .await
+                .map_err(|error| replica_failed(&state, &entry.id, &error))?;
+            replica.keep_lease(history);
+            seq
         }
-        Err(EmitError::TooLarge { len, max }) => Err(ApiError::PayloadTooLarge { len, max }),
+        _ => ring.emit(&compact).map_err(too_large)?,
+    };
+    state.metrics.events_emitted.fetch_add(1, Ordering::Relaxed);
+    let id = EventId {
+        epoch: entry.session.epoch(),
+        seq,
+    };
+    Ok((StatusCode::ACCEPTED, Json(Emitted { id })))
+}
+
+fn too_large(error: EmitError) -> ApiError {
+    match error {
+        EmitError::TooLarge { len, max } => ApiError::PayloadTooLarge { len, max },
         // Only `emit_batch` refuses a batch; a single emit fails only for size.
-        Err(EmitError::BatchTooLarge {
+        EmitError::BatchTooLarge {
             bytes, max_bytes, ..
-        }) => Err(ApiError::PayloadTooLarge {
+        } => ApiError::PayloadTooLarge {
             len: usize::try_from(bytes).unwrap_or(usize::MAX),
             max: usize::try_from(max_bytes).unwrap_or(usize::MAX),
-        }),
+        },
+    }
+}
+
+/// The answer to an emit the replica could not complete (nothing was
+/// acknowledged).
+fn replica_failed(state: &Shared, id: &SessionId, error: &ReplicaError) -> ApiError {
+    match error {
+        ReplicaError::OwnerUnavailable { retry_after } => {
+            state.metrics.history_failed(&HistoryError::NotOwner {
+                retry_after: *retry_after,
+            });
+            ApiError::OwnerUnavailable {
+                retry_after_secs: retry_after.as_millis().div_ceil(1000).max(1) as u64,
+            }
+        }
+        ReplicaError::History(HistoryError::Gone) => {
+            state.drop_local(id);
+            ApiError::NoSuchSession
+        }
+        ReplicaError::History(HistoryError::Corrupt(what)) => {
+            state
+                .metrics
+                .history_failed(&HistoryError::Corrupt(what.clone()));
+            ApiError::Internal(format!("history: {what}"))
+        }
+        ReplicaError::History(error) => {
+            state
+                .metrics
+                .history_failed(&HistoryError::Unavailable(error.to_string()));
+            tracing::warn!(session = %id, %error, "emit not acknowledged");
+            ApiError::HistoryUnavailable
+        }
+        // This copy cannot continue; the next request loads it afresh.
+        ReplicaError::Stale { .. } => {
+            state
+                .metrics
+                .replicas_reloaded
+                .fetch_add(1, Ordering::Relaxed);
+            state.drop_local(id);
+            ApiError::HistoryUnavailable
+        }
+        ReplicaError::Ring(what) => ApiError::Internal(format!("replica: {what}")),
     }
 }
 
@@ -60,15 +127,15 @@ pub(crate) async fn open_sse(
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
+    let entry = state.refresh(entry).await?;
     let cursor = sse_cursor(&entry.session, &headers, &query)?;
     let slot = StreamSlot::take(&state, &entry)?;
-    let (grant, attachment) = entry
-        .session
-        .resume_sse(cursor)
-        .map_err(|refusal: Refusal| {
-            state.metrics.refused(Stage::SseResume, &refusal);
-            ApiError::Refused(refusal)
-        })?;
+    let resumed = entry.session.resume_sse(cursor);
+    state.persist_cursors(&entry).await?;
+    let (grant, attachment) = resumed.map_err(|refusal: Refusal| {
+        state.metrics.refused(Stage::SseResume, &refusal);
+        ApiError::Refused(refusal)
+    })?;
     let attached = Attached::new(Arc::clone(&state), slot, attachment);
     // Copied now, so a gap is still a 409 rather than a broken stream.
     let replay = copy_replay(

@@ -25,8 +25,11 @@ pub(crate) async fn upgrade(
     SessionEntry { id, entry }: SessionEntry,
     CursorJson(cursor): CursorJson,
 ) -> Result<Json<UpgradeGrant>, ApiError> {
+    let entry = state.refresh(entry).await?;
     let ticket = Ticket(random_bytes().map_err(|e| ApiError::Internal(e.to_string()))?);
-    match entry.session.begin_upgrade(cursor, ticket, Instant::now()) {
+    let begun = entry.session.begin_upgrade(cursor, ticket, Instant::now());
+    state.persist_cursors(&entry).await?;
+    match begun {
         Ok(grant) => {
             state
                 .metrics
@@ -67,8 +70,11 @@ pub(crate) async fn websocket(
     let Ok(ticket) = ticket.parse::<Ticket>() else {
         return Err(ApiError::Refused(refuse(Refusal::BadTicket)));
     };
+    let entry = state.refresh(entry).await?;
     let slot = StreamSlot::take(&state, &entry)?;
-    let (grant, attachment) = match entry.session.complete_upgrade(&ticket, Instant::now()) {
+    let completed = entry.session.complete_upgrade(&ticket, Instant::now());
+    state.persist_cursors(&entry).await?;
+    let (grant, attachment) = match completed {
         Ok(granted) => granted,
         // The gap was evicted since the grant: the handshake completes and
         // the socket closes with 4409 and the figures.

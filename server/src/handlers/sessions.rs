@@ -17,14 +17,21 @@ const RETRY_AFTER_SECS: u64 = 5;
 pub(crate) async fn create(
     State(AppState(state)): State<AppState>,
 ) -> Result<(StatusCode, Json<Created>), ApiError> {
-    let (id, entry) = state.create_session().map_err(|error| match error {
-        // Sessions end on DELETE and on idle expiry; a few seconds is a
-        // fair first wait.
-        CreateError::TooMany => ApiError::TooManySessions {
-            retry_after_secs: RETRY_AFTER_SECS,
-        },
-        other => ApiError::Internal(other.to_string()),
-    })?;
+    let (id, entry) = state
+        .create_shared_session()
+        .await
+        .map_err(|error| match error {
+            // Sessions end on DELETE and on idle expiry; a few seconds is a
+            // fair first wait.
+            CreateError::TooMany => ApiError::TooManySessions {
+                retry_after_secs: RETRY_AFTER_SECS,
+            },
+            CreateError::History(error) => {
+                tracing::warn!(%error, "shared history");
+                ApiError::HistoryUnavailable
+            }
+            other => ApiError::Internal(other.to_string()),
+        })?;
     state
         .metrics
         .sessions_created
@@ -38,16 +45,20 @@ pub(crate) async fn create(
     ))
 }
 
-pub(crate) async fn state(SessionEntry { entry, .. }: SessionEntry) -> Json<StateView> {
+pub(crate) async fn state(
+    State(AppState(state)): State<AppState>,
+    SessionEntry { entry, .. }: SessionEntry,
+) -> Result<Json<StateView>, ApiError> {
+    let entry = state.refresh(entry).await?;
     let s = entry.session.state();
-    Json(StateView {
+    Ok(Json(StateView {
         epoch: s.epoch,
         acked: s.acked,
         sent: s.sent,
         published: s.published,
         first_retained: s.first_retained,
         transport: s.transport,
-    })
+    }))
 }
 
 pub(crate) async fn delete(
@@ -57,7 +68,24 @@ pub(crate) async fn delete(
     // Not the `SessionEntry` extractor: the removal itself is the lookup,
     // so two concurrent deletes cannot both succeed.
     let id: SessionId = id.parse().map_err(|_| ApiError::NoSuchSession)?;
-    state.end_session(&id).ok_or(ApiError::NoSuchSession)?;
+    match &state.history {
+        // The history is the record: delete there first (every instance's
+        // copy finds it gone at its next look), then here.
+        Some(history) => {
+            let existed = history.delete(&id).await.map_err(|error| {
+                state.metrics.history_failed(&error);
+                tracing::warn!(%error, "shared history");
+                ApiError::HistoryUnavailable
+            })?;
+            let local = state.end_session(&id).is_some();
+            if !(existed || local) {
+                return Err(ApiError::NoSuchSession);
+            }
+        }
+        None => {
+            state.end_session(&id).ok_or(ApiError::NoSuchSession)?;
+        }
+    }
     state
         .metrics
         .sessions_deleted
@@ -71,9 +99,12 @@ pub(crate) async fn healthz() -> Json<serde_json::Value> {
 }
 
 pub(crate) async fn ack(
+    State(AppState(state)): State<AppState>,
     SessionEntry { entry, .. }: SessionEntry,
     CursorJson(cursor): CursorJson,
 ) -> Result<StatusCode, ApiError> {
+    let entry = state.refresh(entry).await?;
     entry.session.ack(cursor).map_err(ApiError::Refused)?;
+    state.persist_cursors(&entry).await?;
     Ok(StatusCode::NO_CONTENT)
 }

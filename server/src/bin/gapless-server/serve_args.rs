@@ -3,7 +3,7 @@
 //! the listening line, and the signals.
 
 use clap::Args;
-use gapless_server::{serve, ServerConfig};
+use gapless_server::{serve_state, AppState, HistoryConfig, ServerConfig};
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -74,6 +74,18 @@ pub struct ServeArgs {
     /// Seconds a ping may go unanswered before the socket is closed.
     #[arg(long, env = "GAPLESS_PONG_TIMEOUT", default_value = "20", value_parser = seconds)]
     pong_timeout: Duration,
+    /// Several instances: share sessions through this Redis
+    /// (`redis://HOST:PORT[/DB]`). Every emit is appended there before its
+    /// `202`; any instance resumes any session.
+    #[arg(long, env = "GAPLESS_REDIS")]
+    redis: Option<String>,
+    /// Seconds each Redis call may take before it counts as unavailable.
+    #[arg(long, env = "GAPLESS_REDIS_TIMEOUT", default_value = "2", value_parser = seconds)]
+    redis_timeout: Duration,
+    /// Seconds a session's owner lease lasts unless renewed: how soon
+    /// another instance takes over the emits of one that died.
+    #[arg(long, env = "GAPLESS_LEASE_TTL", default_value = "10", value_parser = seconds)]
+    lease_ttl: Duration,
 }
 
 /// A positive, finite number of seconds.
@@ -117,6 +129,13 @@ impl ServeArgs {
             send_buffer: self.send_buffer,
             ping_interval: self.ping_interval,
             pong_timeout: self.pong_timeout,
+            redis: self.redis.as_ref().map(|url| HistoryConfig {
+                url: url.clone(),
+                timeout: self.redis_timeout,
+                lease_ttl: self.lease_ttl,
+                retention: self.ring_events,
+                idle: self.idle_timeout,
+            }),
             ..ServerConfig::default()
         })
     }
@@ -155,10 +174,20 @@ impl ServeArgs {
             eprintln!("second signal: exiting now");
             std::process::exit(130);
         });
+        // Connected before the listening line: a Redis that does not answer
+        // is a startup error, not a server that answers 503 to everything.
+        let redis = config.redis.as_ref().map(|redis| redis.url.clone());
+        let state = match AppState::connect(config, on_stop).await {
+            Ok(state) => state,
+            Err(error) => {
+                eprintln!("error: --redis {}: {error}", redis.unwrap_or_default());
+                return ExitCode::FAILURE;
+            }
+        };
         let mut stdout = std::io::stdout();
         let _ = writeln!(stdout, "listening on http://{local}");
         let _ = stdout.flush();
-        match serve(listener, config, on_stop).await {
+        match serve_state(listener, state).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
                 eprintln!("error: {error}");

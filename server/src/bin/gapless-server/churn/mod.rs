@@ -117,7 +117,7 @@ impl Tour {
             None
         };
         match missing {
-            Some(action) if self.turn % 2 == 0 => action,
+            Some(action) if self.turn.is_multiple_of(2) => action,
             _ => Action::pick(rng),
         }
     }

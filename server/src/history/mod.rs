@@ -1,0 +1,143 @@
+//! The shared history tier (`serve --redis URL`): every event of a session
+//! is appended to a Redis Stream before it is acknowledged, and the
+//! session's epoch, published seq and cursors live beside it, so that any
+//! instance can serve any session with the same event IDs and the same
+//! refusals.
+//!
+//! Per session `{id}` (one hash tag: one Redis Cluster slot), three keys:
+//!
+//! | key | holds |
+//! | --- | --- |
+//! | `gapless:{id}:s` | the events, entry ID `0-<seq>`, field `d` = payload; trimmed with `MAXLEN ~ retention` |
+//! | `gapless:{id}:m` | `epoch` (hex), `published` (the last seq appended), `acked`, `sent` (maxima, never lowered) |
+//! | `gapless:{id}:l` | the owner's lease: a random token, expiring unless renewed |
+//!
+//! Every write is a Lua script that checks before it writes (scripts are
+//! atomic, never rolled back): an append checks the lease and that its
+//! first seq is `published + 1`, so two instances never append the same seq
+//! and a paused old owner cannot write after its lease lapsed. Redis
+//! itself clamps an evicted cursor silently (`XRANGE` just starts at the
+//! oldest entry): the gap check is ours, on the seqs returned.
+//!
+//! Every call has its own deadline (`--redis-timeout`): an unreachable
+//! Redis is a [`HistoryError::Unavailable`] in bounded time, never a hang.
+
+mod redis_history;
+
+pub(crate) use redis_history::{History, READ_BATCH};
+
+use bytes::Bytes;
+use std::fmt;
+use std::time::Duration;
+
+/// How the history tier is reached and sized.
+#[derive(Clone, Debug)]
+pub struct HistoryConfig {
+    /// The Redis URL (`redis://HOST:PORT[/DB]`, `unix:///path`).
+    pub url: String,
+    /// Deadline of every Redis call (default 2 s).
+    pub timeout: Duration,
+    /// How long an owner's lease lasts unless renewed; renewed every third
+    /// of it. Another instance takes over a session at most this long after
+    /// its owner died (default 10 s).
+    pub lease_ttl: Duration,
+    /// Events kept per session stream (`MAXLEN ~`, so at least this many);
+    /// the server sets it to its ring size, never less.
+    pub retention: usize,
+    /// A session's keys expire after this long without an append or a
+    /// cursor update (the server's idle timeout).
+    pub idle: Duration,
+}
+
+/// An owner's lease token: 128 random bits, one per session per instance.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Token([u8; 16]);
+
+impl Token {
+    /// A fresh token from the OS CSPRNG.
+    pub(crate) fn random() -> Result<Self, getrandom::Error> {
+        crate::ids::random_bytes().map(Self)
+    }
+}
+
+impl fmt::Display for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+/// A session as the history holds it: its meta and a run of its events.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Snapshot {
+    /// The session's epoch.
+    pub(crate) epoch: u64,
+    /// The last seq appended.
+    pub(crate) published: u64,
+    /// The highest cursor the client acknowledged, on any instance.
+    pub(crate) acked: u64,
+    /// The highest seq handed to a transport, on any instance.
+    pub(crate) sent: u64,
+    /// Events in seq order, dense: what was asked for and still retained.
+    pub(crate) events: Vec<(u64, Bytes)>,
+}
+
+/// What taking the lease found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Acquired {
+    /// This instance owns the session; the stream ends at `published`.
+    Owner {
+        /// The last seq appended.
+        published: u64,
+    },
+    /// Another instance holds the lease for about this long.
+    Held {
+        /// The lease's remaining time.
+        retry_after: Duration,
+    },
+}
+
+/// Why a call to the shared history failed.
+#[derive(Debug)]
+pub enum HistoryError {
+    /// Redis did not answer in time, the connection failed, or Redis
+    /// refused the command (out of memory, loading). A write may or may
+    /// not have been applied.
+    Unavailable(String),
+    /// Another instance holds the session's lease (for about
+    /// `retry_after`).
+    NotOwner {
+        /// The lease's remaining time.
+        retry_after: Duration,
+    },
+    /// The append did not start at `published + 1`: this instance's ring is
+    /// behind the history (an earlier append that timed out was applied).
+    Behind {
+        /// The last seq appended.
+        published: u64,
+    },
+    /// The session's keys are gone (deleted, or expired while idle).
+    Gone,
+    /// Redis holds something this server did not write.
+    Corrupt(String),
+}
+
+impl fmt::Display for HistoryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Unavailable(cause) => write!(f, "history unavailable: {cause}"),
+            Self::NotOwner { retry_after } => {
+                write!(f, "another instance owns the session for {retry_after:?}")
+            }
+            Self::Behind { published } => {
+                write!(
+                    f,
+                    "the history is ahead of this instance: published {published}"
+                )
+            }
+            Self::Gone => f.write_str("the session is gone from the history"),
+            Self::Corrupt(what) => write!(f, "unexpected history contents: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for HistoryError {}

@@ -1,0 +1,479 @@
+//! One session's local replica of its shared history (`--redis`): the ring
+//! on this instance, kept equal to a prefix-trimmed copy of the Redis
+//! Stream, and this instance's role for the session.
+//!
+//! - **Owner** (holds the lease): emits are queued, and whichever task
+//!   drains the queue appends up to [`APPEND_BATCH`] of them in one script
+//!   call and only then emits them into the ring and answers them. No emit
+//!   is acknowledged, and no reader on this instance sees an event, before
+//!   Redis has it.
+//! - **Mirror** (does not): a tail task follows the stream with a blocking
+//!   `XREAD` and emits what it reads into the ring, so streams on this
+//!   instance follow the local ring exactly as on the owner. An emit here
+//!   first tries to take the lease (the owner died, or released it).
+//!
+//! Every write into the ring (an owner's batch, a mirror's catch-up) holds
+//! the writer lock and requires the next seq to be the ring's
+//! `published + 1`: the ring's seqs always equal the history's. A mirror
+//! that can no longer catch up (Redis trimmed past it) is *stale*: the
+//! caller drops it and loads the session afresh.
+
+use crate::history::{Acquired, History, HistoryError, Token};
+use crate::ids::SessionId;
+use bytes::Bytes;
+use gapless::Ring;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+use tokio::sync::{oneshot, Notify};
+
+/// Emits appended per script call at most.
+pub(crate) const APPEND_BATCH: usize = 64;
+
+/// How long a mirror's `XREAD` blocks before it looks again whether it is
+/// still needed.
+const TAIL_BLOCK: Duration = Duration::from_secs(5);
+
+/// Why an emit, a catch-up or a mirror step failed.
+#[derive(Debug)]
+pub(crate) enum ReplicaError {
+    /// The history failed (unavailable, gone, corrupt).
+    History(HistoryError),
+    /// Another instance owns the session for about `retry_after`.
+    OwnerUnavailable {
+        /// The lease's remaining time.
+        retry_after: Duration,
+    },
+    /// The ring is behind the history by more than Redis retains: this
+    /// replica cannot continue and must be loaded afresh.
+    Stale {
+        /// The seq the ring needed next.
+        needed: u64,
+        /// The first seq Redis still has (`None`: none after the ring).
+        found: Option<u64>,
+    },
+    /// The ring refused what the history holds (an event larger than this
+    /// instance's ring, a seq that is not the next): a configuration
+    /// mismatch between instances or a bug.
+    Ring(String),
+}
+
+impl std::fmt::Display for ReplicaError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::History(error) => error.fmt(f),
+            Self::OwnerUnavailable { retry_after } => {
+                write!(f, "another instance owns the session for {retry_after:?}")
+            }
+            Self::Stale { needed, found } => match found {
+                Some(found) => write!(
+                    f,
+                    "replica needs seq {needed}, the history starts at {found}"
+                ),
+                None => write!(
+                    f,
+                    "replica needs seq {needed}, the history has nothing after it"
+                ),
+            },
+            Self::Ring(what) => write!(f, "ring: {what}"),
+        }
+    }
+}
+
+impl From<HistoryError> for ReplicaError {
+    fn from(error: HistoryError) -> Self {
+        match error {
+            HistoryError::NotOwner { retry_after } => Self::OwnerUnavailable { retry_after },
+            other => Self::History(other),
+        }
+    }
+}
+
+/// An emit waiting for the drainer.
+struct Queued {
+    payload: Bytes,
+    answer: oneshot::Sender<Result<u64, Arc<ReplicaError>>>,
+}
+
+/// This instance's replica of one session.
+pub(crate) struct Replica {
+    /// The session.
+    id: SessionId,
+    /// This instance's lease token for the session.
+    token: Token,
+    /// The session's ring (the same `Arc` as the session's): its seqs are
+    /// the history's, up to its watermark.
+    ring: Arc<Ring>,
+    /// Held by every write into the ring; guards nothing else, the role is
+    /// in `owner`.
+    writer: tokio::sync::Mutex<()>,
+    /// Whether this instance holds the lease, as last learned (a renewal,
+    /// an append, an acquire). Changed only with `writer` held.
+    owner: AtomicBool,
+    /// Emits not yet appended, in arrival order.
+    queue: Mutex<Vec<Queued>>,
+    /// Whether a drainer task runs (at most one).
+    draining: AtomicBool,
+    /// Whether the lease renewal task runs (at most one).
+    renewing: AtomicBool,
+    /// Whether the tail task runs (at most one, for the replica's life).
+    tailing: AtomicBool,
+    /// Woken when this instance stops being the owner, so the tail starts
+    /// following the stream again.
+    demoted: Notify,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Replica {
+    /// The replica of session `id` whose ring is `ring`; `owner` if this
+    /// instance just created the session (and holds its lease).
+    pub(crate) fn new(id: SessionId, token: Token, ring: Arc<Ring>, owner: bool) -> Self {
+        Self {
+            id,
+            token,
+            ring,
+            writer: tokio::sync::Mutex::new(()),
+            owner: AtomicBool::new(owner),
+            queue: Mutex::new(Vec::new()),
+            draining: AtomicBool::new(false),
+            renewing: AtomicBool::new(false),
+            tailing: AtomicBool::new(false),
+            demoted: Notify::new(),
+        }
+    }
+
+    /// This instance's lease token for the session.
+    pub(crate) fn token(&self) -> Token {
+        self.token
+    }
+
+    /// Whether this instance holds the session's lease, as last learned.
+    pub(crate) fn is_owner(&self) -> bool {
+        self.owner.load(Ordering::Acquire)
+    }
+
+    /// Appends `payload` to the history (taking the lease if it is free),
+    /// then emits it into the ring; its seq. The payload fits the ring (the
+    /// caller checked).
+    ///
+    /// # Errors
+    /// Another instance owns the session; the history is unavailable (the
+    /// event may or may not have been appended: it is not acknowledged);
+    /// the replica is stale.
+    pub(crate) async fn emit(
+        self: &Arc<Self>,
+        history: &Arc<History>,
+        payload: Bytes,
+    ) -> Result<u64, Arc<ReplicaError>> {
+        let (answer, answered) = oneshot::channel();
+        lock(&self.queue).push(Queued { payload, answer });
+        if !self.draining.swap(true, Ordering::AcqRel) {
+            // A task of its own: a client that goes away must not cancel an
+            // append half done for the emits batched with its own.
+            tokio::spawn(Arc::clone(self).drain(Arc::clone(history)));
+        }
+        answered.await.unwrap_or_else(|_| {
+            Err(Arc::new(ReplicaError::Ring(
+                "the emit was dropped unanswered".into(),
+            )))
+        })
+    }
+
+    /// Appends queued emits in batches until the queue is empty.
+    async fn drain(self: Arc<Self>, history: Arc<History>) {
+        let _writer = self.writer.lock().await;
+        loop {
+            let batch: Vec<Queued> = {
+                let mut queue = lock(&self.queue);
+                let n = queue.len().min(APPEND_BATCH);
+                queue.drain(..n).collect()
+            };
+            if batch.is_empty() {
+                self.draining.store(false, Ordering::Release);
+                // An emit that queued after the look above and saw
+                // `draining` still set relies on this task: look again.
+                if lock(&self.queue).is_empty() || self.draining.swap(true, Ordering::AcqRel) {
+                    return;
+                }
+                continue;
+            }
+            let payloads: Vec<Bytes> = batch.iter().map(|q| q.payload.clone()).collect();
+            match self.commit(&history, &payloads).await {
+                Ok(first) => {
+                    for (seq, queued) in (first..).zip(batch) {
+                        let _ = queued.answer.send(Ok(seq));
+                    }
+                }
+                Err(error) => {
+                    let error = Arc::new(error);
+                    for queued in batch {
+                        let _ = queued.answer.send(Err(Arc::clone(&error)));
+                    }
+                }
+            }
+        }
+    }
+
+    /// One batch: take the lease if needed, append at the ring's next seq
+    /// (catching up first if the history is ahead), then emit into the
+    /// ring. The first seq. Call with the writer lock held.
+    async fn commit(
+        &self,
+        history: &Arc<History>,
+        payloads: &[Bytes],
+    ) -> Result<u64, ReplicaError> {
+        // Two tries: the second after catching up with an append that timed
+        // out but was applied.
+        for _ in 0..2 {
+            if !self.is_owner() {
+                match history.acquire(&self.id, self.token).await? {
+                    Acquired::Owner { published } => {
+                        self.catch_up_locked(history, published).await?;
+                        self.owner.store(true, Ordering::Release);
+                        tracing::info!(session = %self.id, published, "took the session over");
+                    }
+                    Acquired::Held { retry_after } => {
+                        return Err(ReplicaError::OwnerUnavailable { retry_after })
+                    }
+                }
+            }
+            let first = self.ring.published() + 1;
+            match history.append(&self.id, self.token, first, payloads).await {
+                Ok(_) => {
+                    for (expected, payload) in (first..).zip(payloads) {
+                        match self.ring.emit(payload) {
+                            Ok(seq) if seq == expected => {}
+                            Ok(seq) => {
+                                return Err(ReplicaError::Ring(format!(
+                                    "appended seq {expected}, the ring gave {seq}"
+                                )))
+                            }
+                            Err(error) => return Err(ReplicaError::Ring(error.to_string())),
+                        }
+                    }
+                    return Ok(first);
+                }
+                Err(HistoryError::Behind { published }) => {
+                    self.catch_up_locked(history, published).await?;
+                }
+                Err(HistoryError::NotOwner { retry_after }) => {
+                    self.demote();
+                    return Err(ReplicaError::OwnerUnavailable { retry_after });
+                }
+                Err(other) => return Err(ReplicaError::History(other)),
+            }
+        }
+        Err(ReplicaError::History(HistoryError::Unavailable(
+            "the history kept moving ahead of this owner".into(),
+        )))
+    }
+
+    /// Marks this instance as no longer the owner and wakes the tail.
+    fn demote(&self) {
+        if self.owner.swap(false, Ordering::AcqRel) {
+            tracing::info!(session = %self.id, "lost the session's lease");
+            self.demoted.notify_one();
+        }
+    }
+
+    /// Emits `events` (seq order, as read from the history) into the ring:
+    /// those at or below the watermark are already there; the rest must
+    /// start at `published + 1` without a hole. Call with the writer lock
+    /// held.
+    fn mirror_locked(&self, events: &[(u64, Bytes)]) -> Result<(), ReplicaError> {
+        for (seq, payload) in events {
+            let needed = self.ring.published() + 1;
+            if *seq < needed {
+                continue;
+            }
+            if *seq > needed {
+                return Err(ReplicaError::Stale {
+                    needed,
+                    found: Some(*seq),
+                });
+            }
+            match self.ring.emit(payload) {
+                Ok(got) if got == *seq => {}
+                Ok(got) => {
+                    return Err(ReplicaError::Ring(format!(
+                        "mirrored seq {seq}, the ring gave {got}"
+                    )))
+                }
+                Err(error) => return Err(ReplicaError::Ring(error.to_string())),
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads and mirrors the history until the ring reaches `target`. Call
+    /// with the writer lock held.
+    async fn catch_up_locked(&self, history: &History, target: u64) -> Result<(), ReplicaError> {
+        while self.ring.published() < target {
+            let after = self.ring.published();
+            let snapshot = history
+                .after(&self.id, after, crate::history::READ_BATCH)
+                .await?
+                .ok_or(ReplicaError::History(HistoryError::Gone))?;
+            if snapshot.events.is_empty() {
+                return Err(ReplicaError::Stale {
+                    needed: after + 1,
+                    found: None,
+                });
+            }
+            self.mirror_locked(&snapshot.events)?;
+        }
+        Ok(())
+    }
+
+    /// Brings the ring up to the history's newest event and returns the
+    /// cursors the history holds (`acked`, `sent`), for the session's
+    /// checks on this instance.
+    ///
+    /// # Errors
+    /// The history is unavailable or the session gone; the replica is stale.
+    pub(crate) async fn refresh(&self, history: &History) -> Result<(u64, u64), ReplicaError> {
+        let _writer = self.writer.lock().await;
+        loop {
+            let after = self.ring.published();
+            let snapshot = history
+                .after(&self.id, after, crate::history::READ_BATCH)
+                .await?
+                .ok_or(ReplicaError::History(HistoryError::Gone))?;
+            if snapshot.published <= after {
+                return Ok((snapshot.acked, snapshot.sent));
+            }
+            if snapshot.events.is_empty() {
+                return Err(ReplicaError::Stale {
+                    needed: after + 1,
+                    found: None,
+                });
+            }
+            self.mirror_locked(&snapshot.events)?;
+        }
+    }
+
+    /// Starts the lease renewal task unless it runs: every third of the
+    /// lease, while this instance owns the session and the replica lives.
+    pub(crate) fn keep_lease(self: &Arc<Self>, history: &Arc<History>) {
+        if !self.is_owner() || self.renewing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let replica = Arc::downgrade(self);
+        let history = Arc::clone(history);
+        let period = history.config().lease_ttl / 3;
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let Some(replica) = replica.upgrade() else {
+                    return;
+                };
+                if !replica.is_owner() {
+                    replica.renewing.store(false, Ordering::Release);
+                    return;
+                }
+                match history.renew(&replica.id, replica.token).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        let _writer = replica.writer.lock().await;
+                        replica.demote();
+                    }
+                    // Redis is unreachable: the lease may lapse; the next
+                    // append finds out (the script checks the lease).
+                    Err(error) => {
+                        tracing::warn!(session = %replica.id, %error, "lease renewal failed")
+                    }
+                }
+            }
+        });
+    }
+
+    /// Gives the lease up (a graceful shutdown, an idle session), so that
+    /// another instance takes over at once rather than after the lease.
+    pub(crate) async fn release(&self, history: &History) {
+        let _writer = self.writer.lock().await;
+        if self.owner.swap(false, Ordering::AcqRel) {
+            if let Err(error) = history.release(&self.id, self.token).await {
+                tracing::warn!(session = %self.id, %error, "lease release failed");
+            }
+        }
+    }
+
+    /// Starts the tail task unless it runs: while this instance is not the
+    /// owner, it follows the stream and mirrors it into the ring, so local
+    /// streams see other instances' emits. It ends with the replica, or
+    /// calls `on_stale` and ends when the replica can no longer catch up.
+    pub(crate) fn follow(
+        self: &Arc<Self>,
+        history: &Arc<History>,
+        on_stale: impl FnOnce(ReplicaError) + Send + 'static,
+    ) {
+        if self.tailing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let replica: Weak<Self> = Arc::downgrade(self);
+        let history = Arc::clone(history);
+        tokio::spawn(async move {
+            let mut tail = None;
+            loop {
+                let Some(this) = replica.upgrade() else {
+                    return;
+                };
+                if this.is_owner() {
+                    // Looks again at least every TAIL_BLOCK, so the task
+                    // ends soon after the replica.
+                    tokio::select! {
+                        () = this.demoted.notified() => {}
+                        () = tokio::time::sleep(TAIL_BLOCK) => {}
+                    }
+                    continue;
+                }
+                let connection = match tail.as_mut() {
+                    Some(connection) => connection,
+                    None => match history.tail(&this.id).await {
+                        Ok(connection) => tail.insert(connection),
+                        Err(error) => {
+                            tracing::warn!(session = %this.id, %error, "tail connection failed");
+                            drop(this);
+                            tokio::time::sleep(Duration::from_millis(500)).await;
+                            continue;
+                        }
+                    },
+                };
+                let after = this.ring.published();
+                let id = this.id;
+                drop(this);
+                let read = connection.next(after, TAIL_BLOCK).await;
+                let Some(this) = replica.upgrade() else {
+                    return;
+                };
+                let events = match read {
+                    Ok(events) => events,
+                    Err(error) => {
+                        tracing::warn!(session = %id, %error, "tail read failed");
+                        tail = None;
+                        continue;
+                    }
+                };
+                if events.is_empty() {
+                    continue;
+                }
+                let _writer = this.writer.lock().await;
+                if this.is_owner() {
+                    continue;
+                }
+                if let Err(error) = this.mirror_locked(&events) {
+                    tracing::warn!(session = %id, %error, "mirror cannot continue");
+                    on_stale(error);
+                    return;
+                }
+            }
+        });
+    }
+}
