@@ -3,12 +3,12 @@
 -- seq appended (a script is atomic but never rolled back).
 -- KEYS: lease, stream, meta. ARGV: owner token, first seq, MAXLEN ~
 -- retention, lease ms, idle ms, payload... Returns the last seq appended.
--- Errors: NOTOWNER <lease pttl ms>, GONE, BEHIND <published>.
+-- Errors: GONE, NOTOWNER <lease pttl ms>, BEHIND <published>.
+local published = redis.call('HGET', KEYS[3], 'published')
+if not published then return redis.error_reply('GONE session') end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return redis.error_reply('NOTOWNER ' .. redis.call('PTTL', KEYS[1]))
 end
-local published = redis.call('HGET', KEYS[3], 'published')
-if not published then return redis.error_reply('GONE session') end
 published = tonumber(published)
 local first = tonumber(ARGV[2])
 if first ~= published + 1 then

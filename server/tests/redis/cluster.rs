@@ -1,0 +1,112 @@
+//! What the tests share: instances of `gapless-server serve --redis`, and
+//! clients that emit and read the way a careful client does.
+
+use crate::redis_server::RedisServer;
+use crate::support::{launch, ChildGuard, IO};
+use gapless::EventId;
+use gapless_client::{Client, ClientError, Incoming, SseStream};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// The lease of the test instances: short, so a takeover after a kill
+/// takes about this long.
+pub const LEASE_TTL: &str = "1.5";
+
+/// How long a test waits for a takeover or a recovery at most.
+pub const RECOVERY: Duration = Duration::from_secs(20);
+
+/// An instance of `gapless-server serve --redis URL` with a short lease,
+/// a 1 s Redis deadline and `extra` flags.
+pub async fn instance(redis: &RedisServer, extra: &[&str]) -> (ChildGuard, Client) {
+    let url = redis.url();
+    let mut args = vec![
+        "--redis",
+        url.as_str(),
+        "--lease-ttl",
+        LEASE_TTL,
+        "--redis-timeout",
+        "1",
+    ];
+    args.extend_from_slice(extra);
+    launch(&args, &[]).await
+}
+
+/// The payload an emitter sends: unique per `(emitter, index)`.
+pub fn payload(emitter: usize, index: u64) -> String {
+    json!({ "emitter": emitter, "index": index }).to_string()
+}
+
+/// Emits `payload`, retrying while the answer is `503 owner_unavailable`
+/// or `history_unavailable` (a takeover or a Redis restart in progress),
+/// until [`RECOVERY`]. The `503`s seen are returned with the ID.
+pub async fn emit_retrying(
+    client: &Client,
+    session: &str,
+    payload: &str,
+) -> (EventId, Vec<String>) {
+    let deadline = Instant::now() + RECOVERY;
+    let mut refused = Vec::new();
+    loop {
+        match client.emit_raw(session, payload.to_owned()).await {
+            Ok(id) => return (id, refused),
+            Err(ClientError::Unavailable { code, .. }) if Instant::now() < deadline => {
+                refused.push(code);
+                tokio::time::sleep(Duration::from_millis(50)).await; // Retry-After, bounded
+            }
+            Err(error) => panic!("emit {payload}: {error} (after {refused:?})"),
+        }
+    }
+}
+
+/// Opens an SSE stream from seq 0, retrying while the answer is a `503`
+/// (the instance's connection to Redis recovering), until [`RECOVERY`].
+pub async fn open_sse_retrying(client: &Client, session: &str) -> SseStream {
+    let deadline = Instant::now() + RECOVERY;
+    loop {
+        match client.open_sse(session, None).await {
+            Ok(stream) => return stream,
+            Err(ClientError::Unavailable { .. }) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await; // Retry-After, bounded
+            }
+            Err(error) => panic!("SSE on {}: {error}", client.base_url()),
+        }
+    }
+}
+
+/// What a reader received, by seq.
+#[derive(Debug, Default)]
+pub struct Received {
+    pub events: BTreeMap<u64, String>,
+    pub last: u64,
+}
+
+impl Received {
+    /// Records one event, failing on anything but `last + 1`.
+    pub fn record(&mut self, id: EventId, data: String, epoch: u64) {
+        assert_eq!(id.epoch, epoch, "event {id} of a foreign epoch");
+        assert_eq!(
+            id.seq,
+            self.last + 1,
+            "after {} came {} (a hole, a duplicate or a reordering)",
+            self.last,
+            id.seq
+        );
+        self.events.insert(id.seq, data);
+        self.last = id.seq;
+    }
+
+    /// Reads `stream` until an event with seq at least `through` came.
+    pub async fn read_through(&mut self, stream: &mut SseStream, through: u64, epoch: u64) {
+        while self.last < through {
+            match tokio::time::timeout(IO, stream.next_item()).await {
+                Ok(Ok(Incoming::Event(event))) => self.record(event.id, event.data, epoch),
+                Ok(other) => panic!("reading through {through}: {other:?} after {}", self.last),
+                Err(_) => panic!(
+                    "reading through {through}: nothing within {IO:?} after {}",
+                    self.last
+                ),
+            }
+        }
+    }
+}

@@ -1,0 +1,281 @@
+//! "Several instances": an owner killed mid-stream, an owner paused past
+//! its lease, Redis killed and restarted, Redis paused mid-append.
+
+use crate::cluster::{emit_retrying, instance, open_sse_retrying, payload, Received, RECOVERY};
+use crate::redis_server::{Persistence, RedisServer};
+use crate::support::{bounded, scrape, signal};
+use gapless_client::ClientError;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Emitters posting to A while A is SIGKILLed; the reader resumes on B
+/// with its own cursor: every acknowledged event exactly once, in order,
+/// at the seq its `202` named; emits continue on B right after the
+/// stream's last seq.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_owner_killed_mid_stream_loses_no_acknowledged_event() {
+    bounded("owner killed mid-stream", async {
+        let redis = RedisServer::start(Persistence::None);
+        let (mut a, client_a) = instance(&redis, &[]).await;
+        let (_b, client_b) = instance(&redis, &[]).await;
+        let created = client_a.create_session().await.expect("create on A");
+        let session = created.session.clone();
+        let epoch = created.epoch;
+        let mut stream = client_a.open_sse(&session, None).await.expect("SSE on A");
+
+        // Four emitters post to A until A is gone; each records its 202s.
+        let acked: Arc<Mutex<BTreeMap<u64, String>>> = Arc::default();
+        let emitters: Vec<_> = (0..4)
+            .map(|emitter| {
+                let (client, session, acked) =
+                    (client_a.clone(), session.clone(), Arc::clone(&acked));
+                tokio::spawn(async move {
+                    for index in 0.. {
+                        let body = payload(emitter, index);
+                        match client.emit_raw(&session, body.clone()).await {
+                            Ok(id) => {
+                                let previous = acked.lock().unwrap().insert(id.seq, body);
+                                assert!(previous.is_none(), "seq {} acknowledged twice", id.seq);
+                            }
+                            // A is gone: this emit is not acknowledged.
+                            Err(_) => return,
+                        }
+                    }
+                })
+            })
+            .collect();
+
+        let mut received = Received::default();
+        received.read_through(&mut stream, 60, epoch).await;
+        a.0.kill().expect("SIGKILL A");
+        let _ = a.0.wait();
+        for emitter in emitters {
+            emitter.await.expect("emitter task");
+        }
+        drop(stream);
+        let acked_on_a = acked.lock().unwrap().clone();
+        let last_acked_on_a = *acked_on_a.keys().last().expect("A acknowledged emits");
+        assert!(last_acked_on_a >= 60);
+
+        // B takes over after A's lease lapses; its seqs continue the stream.
+        let mut acked_on_b = BTreeMap::new();
+        let mut refusals = Vec::new();
+        for index in 0..20 {
+            let body = payload(9, index);
+            let (id, refused) = emit_retrying(&client_b, &session, &body).await;
+            refusals.extend(refused);
+            assert_eq!(id.epoch, epoch, "B emits under the session's epoch");
+            acked_on_b.insert(id.seq, body);
+        }
+        assert!(
+            refusals.iter().all(|code| code == "owner_unavailable"),
+            "before the takeover B answers only owner_unavailable: {refusals:?}"
+        );
+        let first_on_b = *acked_on_b.keys().next().expect("B acknowledged emits");
+        let last_on_b = *acked_on_b.keys().last().expect("B acknowledged emits");
+        assert_eq!(
+            last_on_b - first_on_b,
+            19,
+            "B's seqs are dense: {acked_on_b:?}"
+        );
+
+        // The reader resumes on B with its own cursor.
+        let cursor = gapless::EventId {
+            epoch,
+            seq: received.last,
+        };
+        let mut resumed = client_b
+            .open_sse(&session, Some(cursor))
+            .await
+            .expect("resume on B with the reader's cursor");
+        received.read_through(&mut resumed, last_on_b, epoch).await;
+
+        // Exactly once and in order (`record` checks every step); every
+        // acknowledged payload at the seq its 202 named.
+        for (seq, body) in acked_on_a.iter().chain(&acked_on_b) {
+            assert_eq!(
+                received.events.get(seq),
+                Some(body),
+                "acknowledged seq {seq} missing or different on B"
+            );
+        }
+        // B continued right after the stream's end: at most the emits that
+        // were in flight when A died (durable, unacknowledged) lie between.
+        assert!(
+            first_on_b > last_acked_on_a && first_on_b <= last_acked_on_a + 5,
+            "A acknowledged up to {last_acked_on_a}, B started at {first_on_b}"
+        );
+        for seq in last_acked_on_a + 1..first_on_b {
+            let body = &received.events[&seq];
+            assert!(
+                body.contains("\"emitter\""),
+                "seq {seq} between A and B is not one of the emits: {body}"
+            );
+        }
+    })
+    .await;
+}
+
+/// An owner paused past its lease (SIGSTOP) is fenced: B takes over, and
+/// the old owner's next emit is refused, never appended at a seq B used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_owner_paused_past_its_lease_cannot_append() {
+    bounded("paused owner", async {
+        let redis = RedisServer::start(Persistence::None);
+        let (a, client_a) = instance(&redis, &[]).await;
+        let (_b, client_b) = instance(&redis, &[]).await;
+        let created = client_a.create_session().await.expect("create on A");
+        let session = created.session.clone();
+        for index in 0..5 {
+            client_a
+                .emit_raw(&session, payload(0, index))
+                .await
+                .expect("emit on A");
+        }
+        signal(&a, "STOP");
+        let (id, refused) = emit_retrying(&client_b, &session, &payload(1, 0)).await;
+        assert_eq!(id.seq, 6, "B continues at the stream's next seq");
+        assert!(!refused.is_empty(), "B waited for A's lease to lapse");
+        signal(&a, "CONT");
+
+        // A still believes it owns the session until Redis says otherwise.
+        match client_a.emit_raw(&session, payload(0, 99)).await {
+            Err(ClientError::Unavailable { code, .. }) => assert_eq!(code, "owner_unavailable"),
+            other => panic!("the old owner's emit was {other:?}"),
+        }
+        let (id, _) = emit_retrying(&client_b, &session, &payload(1, 1)).await;
+        assert_eq!(id.seq, 7, "no seq was taken by the fenced owner");
+        let metrics = scrape(&client_a).await;
+        assert!(
+            metrics
+                .value(
+                    "gapless_history_errors_total",
+                    &[("kind", "owner_unavailable")]
+                )
+                .unwrap_or(0.0)
+                >= 1.0,
+            "the fenced emit is counted"
+        );
+        // Everyone reads the same stream: A's copy follows B's emits.
+        let mut received = Received::default();
+        let mut stream = client_a.open_sse(&session, None).await.expect("SSE on A");
+        received.read_through(&mut stream, 7, created.epoch).await;
+        assert_eq!(received.events[&6], payload(1, 0));
+        assert_eq!(received.events[&7], payload(1, 1));
+    })
+    .await;
+}
+
+/// Redis killed mid-run: emits and loads answer `503 history_unavailable`
+/// (typed, counted, in bounded time); after a restart (append-only file,
+/// fsync always) every acknowledged event is there and seqs continue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_stopped_mid_run_gives_typed_errors_and_loses_no_acknowledged_event() {
+    bounded("redis stopped", async {
+        let mut redis = RedisServer::start(Persistence::Always);
+        let (_a, client_a) = instance(&redis, &[]).await;
+        let (_b, client_b) = instance(&redis, &[]).await;
+        let created = client_a.create_session().await.expect("create on A");
+        let session = created.session.clone();
+        let mut acked = BTreeMap::new();
+        for index in 0..20 {
+            let body = payload(0, index);
+            let id = client_a
+                .emit_raw(&session, body.clone())
+                .await
+                .expect("emit");
+            acked.insert(id.seq, body);
+        }
+
+        redis.kill();
+        let started = Instant::now();
+        match client_a.emit_raw(&session, payload(0, 100)).await {
+            Err(ClientError::Unavailable { code, .. }) => assert_eq!(code, "history_unavailable"),
+            other => panic!("an emit with Redis down was {other:?}"),
+        }
+        // B never held the session: it cannot load it.
+        match client_b.open_sse(&session, None).await {
+            Err(ClientError::Unavailable { code, .. }) => assert_eq!(code, "history_unavailable"),
+            other => panic!(
+                "a resume on B with Redis down was {:?}",
+                other.map(|_| "a stream")
+            ),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(8),
+            "answers with Redis down took {:?}",
+            started.elapsed()
+        );
+        match client_a.create_session().await {
+            Err(ClientError::Unavailable { code, .. }) => assert_eq!(code, "history_unavailable"),
+            other => panic!("a create with Redis down was {other:?}"),
+        }
+        let metrics = scrape(&client_a).await;
+        assert!(
+            metrics
+                .value("gapless_history_errors_total", &[("kind", "unavailable")])
+                .unwrap_or(0.0)
+                >= 2.0
+        );
+
+        redis.restart();
+        let (id, _) = emit_retrying(&client_a, &session, &payload(0, 20)).await;
+        assert_eq!(id.seq, 21, "seqs continue after the restart");
+        acked.insert(id.seq, payload(0, 20));
+        // B's connection to Redis comes back too (a client retries a 503).
+        let mut stream = open_sse_retrying(&client_b, &session).await;
+        let mut received = Received::default();
+        received.read_through(&mut stream, 21, created.epoch).await;
+        for (seq, body) in &acked {
+            assert_eq!(
+                received.events.get(seq),
+                Some(body),
+                "seq {seq} after the restart"
+            );
+        }
+    })
+    .await;
+}
+
+/// Redis paused while an append is in flight: the emit times out (`503`,
+/// not acknowledged) but the append runs when Redis resumes. The owner
+/// finds its ring behind at its next append, catches up, and continues:
+/// the event is delivered once (at least once for the emitter), and no
+/// seq is used twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_append_that_timed_out_but_landed_is_caught_up_not_repeated() {
+    bounded("ambiguous append", async {
+        let redis = RedisServer::start(Persistence::None);
+        let (_a, client_a) = instance(&redis, &[]).await;
+        let created = client_a.create_session().await.expect("create");
+        let session = created.session.clone();
+        for index in 0..3 {
+            client_a
+                .emit_raw(&session, payload(0, index))
+                .await
+                .expect("emit");
+        }
+        redis.pause(true);
+        match client_a.emit_raw(&session, payload(0, 3)).await {
+            Err(ClientError::Unavailable { code, .. }) => assert_eq!(code, "history_unavailable"),
+            other => panic!("an emit with Redis paused was {other:?}"),
+        }
+        redis.pause(false);
+        // The timed-out append ran on resume: the history is at 4.
+        let deadline = Instant::now() + RECOVERY;
+        while redis.cli(&["XLEN", &format!("gapless:{{{session}}}:s")]) != "4" {
+            assert!(Instant::now() < deadline, "the paused append never ran");
+            tokio::time::sleep(Duration::from_millis(20)).await; // polling, bounded
+        }
+        let (id, _) = emit_retrying(&client_a, &session, &payload(0, 4)).await;
+        assert_eq!(id.seq, 5, "the owner caught up past the landed append");
+        let mut received = Received::default();
+        let mut stream = client_a.open_sse(&session, None).await.expect("SSE");
+        received.read_through(&mut stream, 5, created.epoch).await;
+        let bodies: Vec<&String> = received.events.values().collect();
+        let expected: Vec<String> = (0..5).map(|index| payload(0, index)).collect();
+        assert_eq!(bodies, expected.iter().collect::<Vec<_>>());
+    })
+    .await;
+}

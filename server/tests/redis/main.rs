@@ -1,0 +1,26 @@
+//! Several instances over one real `redis-server` (`serve --redis`),
+//! against `docs/PROTOCOL.md` "Several instances": each test starts its
+//! own Redis on a free loopback port and two `gapless-server` processes,
+//! kills, pauses and restarts them, and checks that no acknowledged event
+//! is lost, duplicated or reordered, and that every refusal carries the
+//! same figures on every instance.
+//!
+//! Needs `redis-server` (Debian's package; `.ci/run` installs it). Every
+//! wait is bounded; waiting for a lease to lapse is polling with a
+//! deadline, as a client honouring `Retry-After` would.
+
+#[allow(dead_code)]
+#[path = "../../../tests/decoders/mod.rs"]
+mod decoders;
+#[allow(dead_code)]
+#[path = "../protocol/prometheus.rs"]
+mod prometheus;
+#[allow(dead_code)]
+#[path = "../protocol/support.rs"]
+mod support;
+
+mod cluster;
+mod failover;
+mod redis_server;
+mod resume_anywhere;
+mod retention;

@@ -1,0 +1,183 @@
+//! A real `redis-server` (Debian's package) for one test: started on a free
+//! loopback port in its own directory, stopped (SIGKILL) and removed on
+//! drop. It can be killed and restarted on the same port and directory
+//! (with an append-only file, what it acknowledged comes back), and paused
+//! (SIGSTOP: alive but not answering).
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long `redis-server` may take to answer its first `PING`.
+const STARTUP: Duration = Duration::from_secs(10);
+
+/// How a test wants Redis to persist.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Persistence {
+    /// Memory only (`--save "" --appendonly no`).
+    None,
+    /// Every write fsynced to the append-only file before Redis answers
+    /// (`--appendonly yes --appendfsync always`): survives a restart.
+    Always,
+}
+
+/// A running `redis-server`, killed on drop.
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+    persistence: Persistence,
+}
+
+impl RedisServer {
+    /// Starts one on a free port. Fails the test when `redis-server` is not
+    /// installed (`.ci/run` installs Debian's package).
+    pub fn start(persistence: Persistence) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("gapless-redis-{}-{}", std::process::id(), unique()));
+        std::fs::create_dir_all(&dir).expect("a directory for redis-server");
+        // `--port 0` means "no TCP listener" to redis-server: take a free
+        // port from the OS, release it, and retry if someone took it since.
+        for _ in 0..5 {
+            let port = free_port();
+            let mut server = Self {
+                child: None,
+                port,
+                dir: dir.clone(),
+                persistence,
+            };
+            if server.spawn() {
+                return server;
+            }
+        }
+        panic!("redis-server did not start on a free port in 5 tries");
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts the process on `self.port`; whether it answered `PING`.
+    fn spawn(&mut self) -> bool {
+        let appendonly = match self.persistence {
+            Persistence::None => ["--appendonly", "no"],
+            Persistence::Always => ["--appendonly", "yes"],
+        };
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", ""])
+            .args(appendonly)
+            .args(["--appendfsync", "always"])
+            .args(["--dir", &self.dir.to_string_lossy()])
+            .args(["--logfile", ""])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|error| {
+                panic!("cannot run redis-server ({error}): install Debian's redis-server package")
+            });
+        self.child = Some(child);
+        let deadline = Instant::now() + STARTUP;
+        while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(_)) = child.try_wait() {
+                    // Exited: most likely the port was taken meanwhile.
+                    self.child = None;
+                    return false;
+                }
+            }
+            if self.pings() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20)); // polling, bounded
+        }
+        panic!(
+            "redis-server on port {} did not answer PING within {STARTUP:?}",
+            self.port
+        );
+    }
+
+    /// Whether Redis answers `PING` with `+PONG` now.
+    pub fn pings(&self) -> bool {
+        let Ok(mut tcp) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = tcp.set_read_timeout(Some(Duration::from_millis(500)));
+        if tcp.write_all(b"PING\r\n").is_err() {
+            return false;
+        }
+        let mut reply = [0u8; 7];
+        tcp.read_exact(&mut reply).is_ok() && &reply == b"+PONG\r\n"
+    }
+
+    /// SIGKILL: Redis is gone, its port refuses connections.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts Redis again on the same port and directory (after `kill`):
+    /// with [`Persistence::Always`] it reloads every write it acknowledged.
+    pub fn restart(&mut self) {
+        self.kill();
+        assert!(
+            self.spawn(),
+            "redis-server did not restart on port {}",
+            self.port
+        );
+    }
+
+    /// SIGSTOP (`pause = true`) or SIGCONT: alive, connections accepted,
+    /// nothing answered while paused; what was sent runs on resume.
+    pub fn pause(&self, pause: bool) {
+        let child = self.child.as_ref().expect("redis-server is running");
+        let signal = if pause { "-STOP" } else { "-CONT" };
+        let status = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill {signal}");
+    }
+
+    /// Runs a command through `redis-cli` and returns its output.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let output = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli (Debian's redis-tools)");
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_ref() {
+            // A paused process ignores nothing but SIGKILL; continue it so
+            // it exits promptly.
+            let _ = Command::new("kill")
+                .args(["-CONT", &child.id().to_string()])
+                .status();
+        }
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .expect("a free loopback port")
+}
+
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}

@@ -1,0 +1,125 @@
+//! "Resume anywhere": the upgrade and the WebSocket on an instance that
+//! does not own the session, live events from the owner through it, and
+//! cursors recorded on one instance legitimate on the others.
+
+use crate::cluster::{instance, payload, Received};
+use crate::redis_server::{Persistence, RedisServer};
+use crate::support::{bounded, next_frame, refusal};
+use gapless::EventId;
+use gapless_client::{ClientError, Incoming, Refusal};
+
+/// A session created and fed on A: a client reads 1..=4 over SSE on B,
+/// upgrades on B with its cursor and gets the gap then A's live events as
+/// WebSocket frames from B; then it resumes on A with a cursor only B sent
+/// (legitimate: B recorded it in Redis first), while a cursor nobody sent
+/// is refused as ahead on both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_client_migrates_on_an_instance_that_does_not_own_the_session() {
+    bounded("resume anywhere", async {
+        let redis = RedisServer::start(Persistence::None);
+        let (_a, client_a) = instance(&redis, &[]).await;
+        let (_b, client_b) = instance(&redis, &[]).await;
+        let created = client_a.create_session().await.expect("create on A");
+        let (session, epoch) = (created.session.clone(), created.epoch);
+        for index in 0..4 {
+            client_a
+                .emit_raw(&session, payload(0, index))
+                .await
+                .expect("emit");
+        }
+        let mut received = Received::default();
+        let mut stream = client_b.open_sse(&session, None).await.expect("SSE on B");
+        received.read_through(&mut stream, 4, epoch).await;
+        drop(stream);
+        // Emitted on A while the client moves: the gap to replay.
+        for index in 4..8 {
+            client_a
+                .emit_raw(&session, payload(0, index))
+                .await
+                .expect("emit");
+        }
+        let cursor = EventId { epoch, seq: 4 };
+        let grant = client_b
+            .upgrade(&session, cursor)
+            .await
+            .expect("upgrade on B");
+        assert_eq!((grant.replay_from, grant.replay_to), (5, 8));
+        let mut socket = client_b.connect_ws(&grant).await.expect("WebSocket on B");
+        for seq in 5..=8 {
+            match next_frame(&mut socket, "replay on B").await {
+                Incoming::Event(event) => received.record(event.id, event.data, epoch),
+                other => panic!("expected frame {seq}, got {other:?}"),
+            }
+        }
+        // Live: emitted on A, delivered by B.
+        for index in 8..12 {
+            client_a
+                .emit_raw(&session, payload(0, index))
+                .await
+                .expect("emit");
+            match next_frame(&mut socket, "live on B").await {
+                Incoming::Event(event) => received.record(event.id, event.data, epoch),
+                other => panic!("expected a live frame, got {other:?}"),
+            }
+        }
+        for (seq, data) in &received.events {
+            assert_eq!(*data, payload(0, seq - 1));
+        }
+        drop(socket);
+
+        // B sent up to 12; A never did, yet A accepts that cursor.
+        let mut resumed = client_a
+            .open_sse(&session, Some(EventId { epoch, seq: 12 }))
+            .await
+            .expect("A accepts a cursor B sent");
+        client_a
+            .emit_raw(&session, payload(0, 12))
+            .await
+            .expect("emit");
+        received.read_through(&mut resumed, 13, epoch).await;
+        // Nobody sent 14 (it does not exist): ahead on both.
+        for (name, client) in [("A", &client_a), ("B", &client_b)] {
+            let ahead = EventId { epoch, seq: 14 };
+            match refusal(client.open_sse(&session, Some(ahead)).await, name) {
+                Refusal::CursorAhead { cursor: 14, .. } => {}
+                other => panic!("{name}: {other:?}"),
+            }
+        }
+    })
+    .await;
+}
+
+/// Deleted on one instance, gone on every one: the other's copy answers
+/// `404` at its next look, and emits there are not acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_session_deleted_on_one_instance_is_gone_on_the_other() {
+    bounded("delete anywhere", async {
+        let redis = RedisServer::start(Persistence::None);
+        let (_a, client_a) = instance(&redis, &[]).await;
+        let (_b, client_b) = instance(&redis, &[]).await;
+        let created = client_a.create_session().await.expect("create on A");
+        let session = created.session.clone();
+        client_a
+            .emit_raw(&session, payload(0, 0))
+            .await
+            .expect("emit");
+        assert_eq!(
+            client_b.state(&session).await.expect("B loads").published,
+            1
+        );
+        client_b.delete(&session).await.expect("delete on B");
+        assert!(matches!(
+            client_a.state(&session).await,
+            Err(ClientError::NoSuchSession)
+        ));
+        assert!(matches!(
+            client_a.emit_raw(&session, payload(0, 1)).await,
+            Err(ClientError::NoSuchSession)
+        ));
+        assert!(matches!(
+            client_b.state(&session).await,
+            Err(ClientError::NoSuchSession)
+        ));
+    })
+    .await;
+}
