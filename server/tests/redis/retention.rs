@@ -113,14 +113,16 @@ async fn a_cursor_older_than_the_retention_is_refused_with_the_same_figures_ever
 /// B loaded the session at seq 3 (no stream there, so nothing follows the
 /// history for it), then A emitted far past Redis's retention. B's copy
 /// cannot catch up: it is dropped and loaded afresh, and B answers a stale
-/// cursor with the history's figures, never by serving its old copy or
-/// mirroring what Redis has left at the wrong seqs.
+/// cursor with the history's figures and replays the retained events with
+/// their own payloads, never its old copy or what Redis has left mirrored
+/// at the wrong seqs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_copy_that_fell_behind_the_retention_is_reloaded_not_skipped() {
     bounded("stale copy", async {
         let redis = RedisServer::start(Persistence::None);
-        let (_a, client_a) = instance(&redis, &["--ring-events", RING]).await;
-        let (_b, client_b) = instance(&redis, &["--ring-events", RING]).await;
+        let ring = ["--ring-events", "256"];
+        let (_a, client_a) = instance(&redis, &ring).await;
+        let (_b, client_b) = instance(&redis, &ring).await;
         let created = client_a.create_session().await.expect("create on A");
         let session = created.session.clone();
         let reader = read_first(&client_a, &created, 3);
@@ -133,12 +135,20 @@ async fn a_copy_that_fell_behind_the_retention_is_reloaded_not_skipped() {
         reader.await.expect("the reader on A");
         let loaded = client_b.state(&session).await.expect("B loads the session");
         assert_eq!(loaded.published, 3);
-        for index in 3..400 {
+        for index in 3..1000 {
             client_a
                 .emit_raw(&session, payload(0, index))
                 .await
                 .expect("emit on A");
         }
+        let length: u64 = redis
+            .cli(&["XLEN", &format!("gapless:{{{session}}}:s")])
+            .parse()
+            .expect("XLEN");
+        assert!(
+            (256..997).contains(&length),
+            "Redis trimmed past B's copy: {length}"
+        );
         let cursor = EventId {
             epoch: created.epoch,
             seq: 3,
@@ -152,7 +162,30 @@ async fn a_copy_that_fell_behind_the_retention_is_reloaded_not_skipped() {
             "A",
         ));
         assert_eq!(on_b, on_a, "the same refusal on both instances");
-        assert_eq!(on_b, (3, 393, 400, 389));
+        assert_eq!(on_b, (3, 745, 1000, 741));
+        // The refusal accounted the gap: resume right before the retained.
+        let mut received = Received {
+            last: 744,
+            ..Received::default()
+        };
+        let after_gap = EventId {
+            epoch: created.epoch,
+            seq: 744,
+        };
+        let mut stream = client_b
+            .open_sse(&session, Some(after_gap))
+            .await
+            .expect("resume on B after the gap");
+        received
+            .read_through(&mut stream, 1000, created.epoch)
+            .await;
+        for seq in 745..=1000 {
+            assert_eq!(
+                received.events[&seq],
+                payload(0, seq - 1),
+                "payload of {seq} on B"
+            );
+        }
         let metrics = crate::support::scrape(&client_b).await;
         assert_eq!(
             metrics.value("gapless_replicas_reloaded_total", &[]),
