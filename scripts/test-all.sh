@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Every test gapless has. `.ci/run` calls this after its lint checks.
 #   0. the official MCP Python client (mcp, pinned) in a venv, via
-#      scripts/mcp-venv.sh: gapless-rmcp's tests drive it (GAPLESS_MCP_PYTHON)
+#      scripts/mcp-venv.sh: gapless-rmcp's tests drive it (GAPLESS_MCP_PYTHON);
+#      and redis-server (Debian's package, which .ci/run installs): the
+#      several-instances tests start their own on free loopback ports
 #   1. the workspace's tests in release: engine unit and contract tests, the
 #      proptest model tests (1000 cases each), the stress tests (6 emitters on
 #      64 events, 3 on 1024, 3 on 16k; 2 readers each), the allocation test,
@@ -11,7 +13,9 @@
 #   2. the examples and the main job, run for real: the quickstart, the
 #      single-writer example, the migrating client against an in-process
 #      server, the embedding example (bearer-token layer), a short churn
-#      run (non-zero on a silent gap or a failed check) and a short load run
+#      run (non-zero on a silent gap or a failed check), the same with two
+#      instances over a throwaway redis-server (scripts/with-redis.sh), and
+#      a short load run
 #      (500 sessions, a tenth stalled, clients past the session cap;
 #      non-zero on a silent gap, a starved reader or RSS over budget)
 #   3. the benchmarks in test mode (each scenario once)
@@ -29,6 +33,13 @@ GAPLESS_MCP_PYTHON="$(scripts/mcp-venv.sh)"
 export GAPLESS_MCP_PYTHON
 echo "$GAPLESS_MCP_PYTHON"
 
+step "redis-server for the several-instances tests"
+command -v redis-server >/dev/null || {
+    echo "error: redis-server is missing (Debian: apt-get install redis-server; .ci/run installs it)" >&2
+    exit 1
+}
+redis-server --version
+
 step "workspace tests (release)"
 cargo test --workspace --release
 
@@ -41,6 +52,8 @@ cargo run --release --example single_writer
 cargo run --release -p gapless-server --example migrating_client
 cargo run --release -p gapless-server --example embed_with_auth
 cargo run --release -p gapless-server -- churn --duration "${CHURN_SECONDS:-8}" --sessions 12
+scripts/with-redis.sh cargo run --release -p gapless-server -- \
+    churn --duration "${CHURN_SECONDS:-8}" --sessions 12 --redis {redis}
 cargo run --release -p gapless-server -- load --sessions "${LOAD_SESSIONS:-500}" --duration "${LOAD_SECONDS:-10}"
 
 step "benchmarks in test mode"

@@ -50,6 +50,10 @@ enum Command {
         /// Payload size in bytes.
         #[arg(long, default_value_t = 128)]
         payload: usize,
+        /// Run two instances sharing sessions through this Redis
+        /// (`redis://HOST:PORT`); clients move between them.
+        #[arg(long)]
+        redis: Option<String>,
     },
     /// The load test: thousands of sessions (healthy, stalled and churning
     /// readers) and clients past the session cap, in-process on loopback.
@@ -110,6 +114,7 @@ fn main() -> ExitCode {
             ring_events,
             ring_bytes,
             payload,
+            redis,
         } => {
             if !(duration.is_finite() && duration >= 0.0 && rate.is_finite() && rate > 0.0) {
                 eprintln!("error: --duration must be >= 0 and --rate > 0");
@@ -122,6 +127,7 @@ fn main() -> ExitCode {
                 ring_events,
                 ring_bytes,
                 payload,
+                redis,
             };
             match runtime.block_on(churn::run(config)) {
                 Ok(report) => {

@@ -3,6 +3,11 @@
 //! WebSocket with true, stale (evicted) and echoed cursors. Every client
 //! checks every event with a [`GapDetector`](gapless::session::GapDetector).
 //!
+//! With `--redis URL`, two instances share the sessions through that Redis:
+//! producers emit into the instance that created each session, and every
+//! client moves to the other instance before each resume or migration,
+//! with its own cursor, so every replay crosses instances.
+//!
 //! The run passes only if it exercised what it claims to and nothing went
 //! wrong: see [`ChurnReport::checks`]. A run that delivered nothing, never
 //! migrated, never had an echoed cursor refused or never presented an
@@ -11,7 +16,7 @@
 mod report;
 
 use gapless_client::{Client, ClientError, MigratingClient, Next, Refusal};
-use gapless_server::{spawn, ServerConfig};
+use gapless_server::{spawn, HistoryConfig, RunningServer, ServerConfig};
 pub use report::ChurnReport;
 use report::{Latencies, Tally};
 use std::io::{IsTerminal, Write as _};
@@ -34,6 +39,9 @@ pub struct ChurnConfig {
     pub ring_bytes: usize,
     /// Payload size in bytes (approximate: JSON framing adds a little).
     pub payload: usize,
+    /// Two instances sharing sessions through this Redis; `None`: one
+    /// instance, no Redis.
+    pub redis: Option<String>,
 }
 
 impl Default for ChurnConfig {
@@ -45,6 +53,7 @@ impl Default for ChurnConfig {
             ring_events: 512,
             ring_bytes: 256 << 10,
             payload: 128,
+            redis: None,
         }
     }
 }
@@ -156,6 +165,9 @@ struct Lane {
     /// The session's index (it tags the payloads).
     k: usize,
     client: Client,
+    /// Every instance's client (the first is `client`): the churning
+    /// client moves to the next one before each resume or migration.
+    instances: Vec<Client>,
     /// The session ID, replaced when the client re-creates the session.
     session: Shared,
     /// The ID the server returned for the producer's latest emit: what a
@@ -173,6 +185,7 @@ async fn producer(lane: Lane, stop: Arc<AtomicBool>) {
         last_id,
         config,
         tally,
+        ..
     } = lane;
     let period = Duration::from_secs_f64(1.0 / config.rate.max(0.001));
     let mut ticker = tokio::time::interval(period);
@@ -318,6 +331,7 @@ async fn churn_client(
     let Lane {
         k,
         client,
+        instances,
         session: shared,
         last_id,
         config,
@@ -326,8 +340,20 @@ async fn churn_client(
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (k as u64 + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9));
     let mut tour = Tour::default();
     let mut mc = MigratingClient::new(client.clone(), &created);
+    let mut hops = 0usize;
     while Instant::now() < deadline {
         let action = tour.next(&mut rng);
+        if instances.len() > 1 && matches!(action, Action::Resume | Action::Migrate | Action::Stale)
+        {
+            // Another instance, the same cursor: what a client behind a load
+            // balancer does.
+            hops += 1;
+            let next = instances[hops % instances.len()].clone();
+            let session = mc.session().to_owned();
+            mc.drop_connection();
+            mc = MigratingClient::with_cursor(next, &session, mc.cursor());
+            tally.instance_hops.fetch_add(1, Ordering::Relaxed);
+        }
         // Set when a transport opened: when its request went out and where
         // to record the time to its first event if that event is a replay.
         let mut replay = None;
@@ -497,16 +523,27 @@ async fn wait_until_evicted(
 pub async fn run(
     config: ChurnConfig,
 ) -> Result<ChurnReport, Box<dyn std::error::Error + Send + Sync>> {
-    let server = spawn(
-        ServerConfig {
-            ring_events: config.ring_events,
-            ring_bytes: config.ring_bytes,
-            ..ServerConfig::default()
-        },
-        "127.0.0.1:0".parse()?,
-    )
-    .await?;
-    let client = Client::new(server.url())?.with_timeout(Duration::from_secs(10));
+    let server_config = ServerConfig {
+        ring_events: config.ring_events,
+        ring_bytes: config.ring_bytes,
+        redis: config.redis.as_ref().map(|url| HistoryConfig {
+            url: url.clone(),
+            timeout: Duration::from_secs(2),
+            lease_ttl: Duration::from_secs(10),
+            retention: config.ring_events,
+            idle: Duration::from_secs(600),
+        }),
+        ..ServerConfig::default()
+    };
+    let count = if config.redis.is_some() { 2 } else { 1 };
+    let mut servers: Vec<RunningServer> = Vec::new();
+    let mut instances = Vec::new();
+    for _ in 0..count {
+        let server = spawn(server_config.clone(), "127.0.0.1:0".parse()?).await?;
+        instances.push(Client::new(server.url())?.with_timeout(Duration::from_secs(10)));
+        servers.push(server);
+    }
+    let client = instances[0].clone();
     let tally = Arc::new(Tally::default());
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
@@ -518,6 +555,7 @@ pub async fn run(
         let lane = Lane {
             k,
             client: client.clone(),
+            instances: instances.clone(),
             session: Arc::new(Mutex::new(created.session.clone())),
             last_id: Arc::new(Mutex::new(None)),
             config: config.clone(),
@@ -569,7 +607,9 @@ pub async fn run(
         let _ = handle.await;
     }
     let elapsed = started.elapsed();
-    server.shutdown().await;
+    for server in servers {
+        server.shutdown().await;
+    }
     let memory_per_session = gapless::Config::default()
         .events(config.ring_events)
         .bytes(config.ring_bytes)
@@ -580,6 +620,8 @@ pub async fn run(
     Ok(ChurnReport {
         elapsed,
         sessions: config.sessions,
+        instances: count,
+        instance_hops: get(&tally.instance_hops),
         emitted: get(&tally.emitted),
         emits_to_replaced: get(&tally.emits_to_replaced),
         delivered: get(&tally.delivered),

@@ -23,6 +23,7 @@ pub(super) struct Tally {
     pub(super) emits_to_replaced: AtomicU64,
     pub(super) silent_gaps: AtomicU64,
     pub(super) corrupt_payloads: AtomicU64,
+    pub(super) instance_hops: AtomicU64,
     pub(super) errors: Mutex<BTreeMap<&'static str, u64>>,
     pub(super) refusals: Mutex<BTreeMap<String, u64>>,
     pub(super) replay_sse: Mutex<Vec<Duration>>,
@@ -78,6 +79,11 @@ pub struct ChurnReport {
     pub elapsed: Duration,
     /// Sessions driven.
     pub sessions: usize,
+    /// Server instances (2 with `--redis`, sharing the sessions).
+    pub instances: usize,
+    /// Times a client moved to another instance before a resume or a
+    /// migration (with `--redis`).
+    pub instance_hops: u64,
     /// Events the producers emitted (202).
     pub emitted: u64,
     /// Emits answered `404` because a reset had just replaced the session
@@ -235,6 +241,14 @@ impl ChurnReport {
                 ),
             ),
             check(
+                "clients moved between instances",
+                self.instances < 2 || self.instance_hops > 0,
+                format!(
+                    "{} moves across {} instance(s) (need > 0 with several)",
+                    self.instance_hops, self.instances
+                ),
+            ),
+            check(
                 "no transport errors",
                 errors == 0,
                 if kinds.is_empty() {
@@ -260,7 +274,18 @@ impl ChurnReport {
 impl std::fmt::Display for ChurnReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let secs = self.elapsed.as_secs_f64().max(1e-9);
-        writeln!(f, "churn report: {} sessions, {:.1} s", self.sessions, secs)?;
+        writeln!(
+            f,
+            "churn report: {} sessions, {} instance(s), {:.1} s",
+            self.sessions, self.instances, secs
+        )?;
+        if self.instances > 1 {
+            writeln!(
+                f,
+                "  moves to another instance {} (each with the client's own cursor)",
+                self.instance_hops
+            )?;
+        }
         writeln!(
             f,
             "  events emitted        {} ({:.0}/s)",
