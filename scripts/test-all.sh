@@ -54,6 +54,8 @@ cargo run --release -p gapless-server --example embed_with_auth
 cargo run --release -p gapless-server -- churn --duration "${CHURN_SECONDS:-8}" --sessions 12
 scripts/with-redis.sh cargo run --release -p gapless-server -- \
     churn --duration "${CHURN_SECONDS:-8}" --sessions 12 --redis {redis}
+scripts/with-redis.sh cargo run --release -p gapless-server -- \
+    plan --rate 100 --outage 30 --payload 200 --sessions 1000 --redis {redis}
 cargo run --release -p gapless-server -- load --sessions "${LOAD_SESSIONS:-500}" --duration "${LOAD_SECONDS:-10}"
 
 step "benchmarks in test mode"

@@ -74,6 +74,10 @@ enum Command {
         /// Concurrent sessions.
         #[arg(long, default_value_t = 1)]
         sessions: u64,
+        /// Also measure the Redis memory per session of `serve --redis`
+        /// on this Redis (writes a scratch session and deletes it).
+        #[arg(long)]
+        redis: Option<String>,
     },
 }
 
@@ -153,17 +157,26 @@ fn main() -> ExitCode {
             outage,
             payload,
             sessions,
-        } => plan(plan::Workload {
-            rate,
-            outage,
-            payload,
-            sessions,
-        }),
+            redis,
+        } => plan(
+            &runtime,
+            plan::Workload {
+                rate,
+                outage,
+                payload,
+                sessions,
+            },
+            redis.as_deref(),
+        ),
     }
 }
 
-fn plan(workload: plan::Workload) -> ExitCode {
-    use plan::{human_bytes, probe, size};
+fn plan(
+    runtime: &tokio::runtime::Runtime,
+    workload: plan::Workload,
+    redis: Option<&str>,
+) -> ExitCode {
+    use plan::{human_bytes, probe, probe_redis, size};
     let sizing = match size(&workload) {
         Ok(sizing) => sizing,
         Err(error) => {
@@ -205,6 +218,35 @@ fn plan(workload: plan::Workload) -> ExitCode {
         "replay of gap   {:.3} ms to copy out of the ring (network time not included)",
         replay_seconds * 1e3
     );
+    match redis {
+        Some(url) => {
+            match runtime.block_on(probe_redis(url, workload.payload, sizing.ring_events)) {
+                Ok(redis) => {
+                    let per_session = redis.per_session() as f64;
+                    println!(
+                        "redis           {} per session ({} entries kept by MAXLEN ~ {}: {}; meta and lease {}), {} for {} sessions; measured on Redis {}.{}.{}",
+                        human_bytes(per_session),
+                        redis.retained,
+                        sizing.ring_events,
+                        human_bytes(redis.stream_bytes as f64),
+                        human_bytes(redis.meta_bytes as f64),
+                        human_bytes(per_session * workload.sessions as f64),
+                        workload.sessions,
+                        redis.version[0],
+                        redis.version[1],
+                        redis.version[2],
+                    );
+                }
+                Err(error) => {
+                    eprintln!("error: --redis {url}: {error}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        None => println!(
+            "redis           with serve --redis: add --redis URL to measure the memory per session on your Redis"
+        ),
+    }
     if workload.rate > measured.emit_events_per_s {
         println!("warning         the rate exceeds what one emitter thread sustains here");
     }

@@ -151,6 +151,143 @@ pub fn probe(payload: usize, max_events: usize) -> Probe {
     }
 }
 
+/// Redis memory per session with `--redis`, measured on a real Redis.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RedisProbe {
+    /// Entries the scratch stream kept after `MAXLEN ~ ring_events`
+    /// trimming (at least `ring_events`, in whole radix-tree nodes).
+    pub retained: u64,
+    /// `MEMORY USAGE` of that stream.
+    pub stream_bytes: u64,
+    /// `MEMORY USAGE` of a session's meta hash and lease key together.
+    pub meta_bytes: u64,
+    /// The Redis server's version.
+    pub version: [u64; 3],
+}
+
+impl RedisProbe {
+    /// Bytes one session holds in Redis in the steady state.
+    pub fn per_session(&self) -> u64 {
+        self.stream_bytes + self.meta_bytes
+    }
+}
+
+/// Writes a scratch session to the Redis at `url` the way the server does
+/// (entries `0-<seq>` with field `d`, `MAXLEN ~ ring_events`; the meta
+/// hash; the lease), reads `MEMORY USAGE` of each, and deletes them. The
+/// stream gets `ring_events + 200` entries (at most 65,536, scaled up
+/// linearly beyond), so its trimming is in the steady state.
+///
+/// # Errors
+/// Redis cannot be reached or refuses a command.
+pub async fn probe_redis(
+    url: &str,
+    payload: usize,
+    ring_events: usize,
+) -> Result<RedisProbe, redis::RedisError> {
+    let client = redis::Client::open(url)?;
+    let mut connection = client.get_multiplexed_async_connection().await?;
+    let tag: u64 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let (stream, meta, lease) = (
+        format!("gapless:{{plan-{tag:x}}}:s"),
+        format!("gapless:{{plan-{tag:x}}}:m"),
+        format!("gapless:{{plan-{tag:x}}}:l"),
+    );
+    let written = (ring_events + 200).min(1 << 16);
+    let body = vec![b'x'; payload];
+    let mut seq = 0u64;
+    while (seq as usize) < written {
+        let mut pipe = redis::pipe();
+        for _ in 0..1000.min(written - seq as usize) {
+            seq += 1;
+            pipe.cmd("XADD")
+                .arg(&stream)
+                .arg("MAXLEN")
+                .arg("~")
+                .arg(ring_events)
+                .arg(format!("0-{seq}"))
+                .arg("d")
+                .arg(&body)
+                .ignore();
+        }
+        pipe.query_async::<()>(&mut connection).await?;
+    }
+    redis::cmd("HSET")
+        .arg(&meta)
+        .arg(&[
+            "epoch",
+            "0123456789abcdef",
+            "published",
+            "4096",
+            "acked",
+            "4000",
+            "sent",
+            "4096",
+        ])
+        .query_async::<()>(&mut connection)
+        .await?;
+    redis::cmd("SET")
+        .arg(&lease)
+        .arg("0123456789abcdef0123456789abcdef")
+        .arg("PX")
+        .arg(60_000)
+        .query_async::<()>(&mut connection)
+        .await?;
+    let usage = |key: &str| {
+        redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(key)
+            .arg("SAMPLES")
+            .arg(0)
+            .clone()
+    };
+    let retained: u64 = redis::cmd("XLEN")
+        .arg(&stream)
+        .query_async(&mut connection)
+        .await?;
+    let mut stream_bytes: u64 = usage(&stream).query_async(&mut connection).await?;
+    let meta_bytes: u64 = usage(&meta).query_async::<u64>(&mut connection).await?
+        + usage(&lease).query_async::<u64>(&mut connection).await?;
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut connection)
+        .await?;
+    redis::cmd("DEL")
+        .arg(&stream)
+        .arg(&meta)
+        .arg(&lease)
+        .query_async::<()>(&mut connection)
+        .await?;
+    let mut retained_in_steady_state = retained;
+    if ring_events + 200 > written {
+        // Scaled: the same bytes per entry over the retention a full-size
+        // stream would keep.
+        let per_entry = stream_bytes as f64 / retained.max(1) as f64;
+        retained_in_steady_state = (ring_events as u64).max(retained);
+        stream_bytes = (per_entry * retained_in_steady_state as f64) as u64;
+    }
+    let version = info
+        .lines()
+        .find_map(|line| line.strip_prefix("redis_version:"))
+        .map(|v| {
+            let mut parts = v.trim().split('.').map(|p| p.parse().unwrap_or(0));
+            [
+                parts.next().unwrap_or(0),
+                parts.next().unwrap_or(0),
+                parts.next().unwrap_or(0),
+            ]
+        })
+        .unwrap_or_default();
+    Ok(RedisProbe {
+        retained: retained_in_steady_state,
+        stream_bytes,
+        meta_bytes,
+        version,
+    })
+}
+
 /// Bytes in binary units.
 pub fn human_bytes(bytes: f64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
