@@ -1,7 +1,8 @@
 //! The ring against its reference model, on tiny rings.
 //!
 //! The input picks a ring (2..=32 events, 64..=1024 bytes, so that records
-//! wrap the arena and evict constantly) and a sequence of operations: emits
+//! wrap the arena and evict constantly; starting at seq 1 or after any seq
+//! up to `MAX_START`, as a restored ring does) and a sequence of operations: emits
 //! of odd sizes (empty, word edges, fractions of the arena, up to and past
 //! the largest payload), batches (up to past the window), and replays,
 //! ranges, coverage checks and reads at cursors near the head or anywhere in
@@ -29,6 +30,9 @@ struct Input {
     events: u8,
     /// Mapped into 64..=1024.
     bytes: u16,
+    /// The seq the ring starts after (`Config::start_after`), mapped into
+    /// 0..=MAX_START.
+    base: u64,
     ops: Vec<Op>,
 }
 
@@ -128,9 +132,14 @@ fn payload(len: usize, fill: u8) -> Vec<u8> {
 fuzz_target!(|input: Input| {
     let events = 2 + usize::from(input.events % 31);
     let bytes = 64 + usize::from(input.bytes % 961);
+    let base = match input.base % 4 {
+        0 => 0,
+        _ => input.base % (gapless::MAX_START + 1),
+    };
     let config = Config::default()
         .events(events)
         .bytes(bytes)
+        .start_after(base)
         .epoch(NonZeroU64::new(0x00c0_ffee_1234_5678).unwrap());
     let ring = Ring::try_new(config).expect("2..=32 events and 64..=1024 bytes are valid");
     let mut model = Model::new(&ring);
