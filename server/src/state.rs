@@ -2,7 +2,7 @@
 //! metrics, and the server's lifecycle (shutdown signals, tracked tasks).
 
 use crate::config::ServerConfig;
-use crate::history::{History, HistoryError, Snapshot, Token};
+use crate::history::{HistoryError, RedisHistory, Snapshot, Token};
 use crate::ids::SessionId;
 use crate::metrics::{Limit, Metrics};
 use crate::replica::{Replica, ReplicaError};
@@ -92,7 +92,7 @@ pub(crate) struct Shared {
     pub(crate) metrics: Metrics,
     pub(crate) lifecycle: Lifecycle,
     /// With `--redis`: the history every instance shares.
-    pub(crate) history: Option<Arc<History>>,
+    pub(crate) history: Option<Arc<RedisHistory>>,
     /// The origin of every `last_active_ms`.
     started: Instant,
 }
@@ -311,7 +311,7 @@ impl Shared {
         let (Some(history), Some(replica)) = (&self.history, &entry.replica) else {
             return Ok(entry);
         };
-        match replica.refresh(history).await {
+        match replica.refresh(history.as_ref()).await {
             Ok((acked, sent)) => {
                 entry.session.raise_cursors(acked, sent);
                 Ok(entry)
@@ -385,7 +385,7 @@ impl Shared {
         };
         for (_, entry) in self.sessions.entries() {
             if let Some(replica) = &entry.replica {
-                replica.release(history).await;
+                replica.release(history.as_ref()).await;
             }
         }
     }
@@ -429,7 +429,7 @@ impl Shared {
                 // it over at once.
                 if let (Some(history), Some(replica)) = (&self.history, &entry.replica) {
                     let (history, replica) = (Arc::clone(history), Arc::clone(replica));
-                    tokio::spawn(async move { replica.release(&history).await });
+                    tokio::spawn(async move { replica.release(history.as_ref()).await });
                 }
                 self.metrics
                     .sessions_expired
@@ -506,7 +506,7 @@ impl AppState {
                 let mut redis = redis.clone();
                 redis.retention = redis.retention.max(config.ring_events);
                 redis.idle = config.idle_timeout;
-                Some(Arc::new(History::connect(redis).await?))
+                Some(Arc::new(RedisHistory::connect(redis).await?))
             }
             None => None,
         };
@@ -515,7 +515,7 @@ impl AppState {
 
     fn with_history(
         config: ServerConfig,
-        history: Option<Arc<History>>,
+        history: Option<Arc<RedisHistory>>,
         shutdown: watch::Receiver<bool>,
     ) -> Self {
         let shared = Arc::new(Shared {

@@ -22,13 +22,87 @@
 //! Every call has its own deadline (`--redis-timeout`): an unreachable
 //! Redis is a [`HistoryError::Unavailable`] in bounded time, never a hang.
 
+#[cfg(test)]
+pub(crate) mod memory;
 mod redis_history;
 
-pub(crate) use redis_history::{History, READ_BATCH};
+pub(crate) use redis_history::{RedisHistory, READ_BATCH};
 
+use crate::ids::SessionId;
 use bytes::Bytes;
 use std::fmt;
+use std::future::Future;
 use std::time::Duration;
+
+/// What a session's replica needs from the shared history: the lease, the
+/// fenced append, reads after a seq, and a tail. [`RedisHistory`] in the
+/// server; an in-memory fake with fault injection in unit tests.
+pub(crate) trait History: Send + Sync + 'static {
+    /// A blocking reader of one session's events.
+    type Tail: Tail;
+
+    /// How the history is reached and sized.
+    fn config(&self) -> &HistoryConfig;
+
+    /// Appends `payloads` as seqs `first ..`, as `owner`; the last seq.
+    /// Checks, before any write, that `owner` holds the lease
+    /// ([`HistoryError::NotOwner`]) and that `first` is the next seq
+    /// ([`HistoryError::Behind`]).
+    fn append(
+        &self,
+        id: &SessionId,
+        owner: Token,
+        first: u64,
+        payloads: &[Bytes],
+    ) -> impl Future<Output = Result<u64, HistoryError>> + Send;
+
+    /// Takes the lease for `owner` if it is free or already `owner`'s.
+    fn acquire(
+        &self,
+        id: &SessionId,
+        owner: Token,
+    ) -> impl Future<Output = Result<Acquired, HistoryError>> + Send;
+
+    /// Extends `owner`'s lease; `false` if it is lost.
+    fn renew(
+        &self,
+        id: &SessionId,
+        owner: Token,
+    ) -> impl Future<Output = Result<bool, HistoryError>> + Send;
+
+    /// Gives up `owner`'s lease.
+    fn release(
+        &self,
+        id: &SessionId,
+        owner: Token,
+    ) -> impl Future<Output = Result<(), HistoryError>> + Send;
+
+    /// The session's meta and up to `count` events after seq `after`, as
+    /// retained (the first may be past `after + 1`); `None` if the session
+    /// is gone.
+    fn after(
+        &self,
+        id: &SessionId,
+        after: u64,
+        count: usize,
+    ) -> impl Future<Output = Result<Option<Snapshot>, HistoryError>> + Send;
+
+    /// A reader that follows session `id`'s events.
+    fn tail(&self, id: &SessionId)
+        -> impl Future<Output = Result<Self::Tail, HistoryError>> + Send;
+}
+
+/// A blocking reader of one session's events.
+pub(crate) trait Tail: Send + 'static {
+    /// The events after seq `after` still retained, waiting up to `block`
+    /// for the first (empty when none came). The first may be past
+    /// `after + 1`: the caller checks.
+    fn next(
+        &mut self,
+        after: u64,
+        block: Duration,
+    ) -> impl Future<Output = Result<Vec<(u64, Bytes)>, HistoryError>> + Send;
+}
 
 /// How the history tier is reached and sized.
 #[derive(Clone, Debug)]
@@ -50,7 +124,7 @@ pub struct HistoryConfig {
 }
 
 /// An owner's lease token: 128 random bits, one per session per instance.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Token([u8; 16]);
 
 impl Token {

@@ -1,8 +1,9 @@
 //! [`History`] over Redis: the scripts, one multiplexed reconnecting
 //! connection for every short call, and a dedicated connection per
-//! [`Tail`] (a blocked `XREAD` would stall every call queued behind it).
+//! [`RedisTail`] (a blocked `XREAD` would stall every call queued behind
+//! it).
 
-use super::{Acquired, HistoryConfig, HistoryError, Snapshot, Token};
+use super::{Acquired, History, HistoryConfig, HistoryError, Snapshot, Tail, Token};
 use crate::ids::SessionId;
 use bytes::Bytes;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
@@ -14,7 +15,7 @@ use std::time::Duration;
 pub(crate) const READ_BATCH: usize = 512;
 
 /// The shared history of every session, in one Redis.
-pub(crate) struct History {
+pub(crate) struct RedisHistory {
     client: Client,
     connection: ConnectionManager,
     config: HistoryConfig,
@@ -50,7 +51,7 @@ impl Keys {
     }
 }
 
-impl History {
+impl RedisHistory {
     /// Connects to the Redis at `config.url` and checks that it answers.
     ///
     /// # Errors
@@ -84,11 +85,6 @@ impl History {
         };
         history.ping().await?;
         Ok(history)
-    }
-
-    /// The configuration this history was opened with.
-    pub(crate) fn config(&self) -> &HistoryConfig {
-        &self.config
     }
 
     /// Runs one call under the deadline, typing its error.
@@ -141,86 +137,6 @@ impl History {
         Ok(created == 1)
     }
 
-    /// Appends `payloads` as seqs `first ..`, as `owner`; returns the last
-    /// seq. Durable in Redis (to its persistence settings) when this
-    /// returns `Ok`.
-    pub(crate) async fn append(
-        &self,
-        id: &SessionId,
-        owner: Token,
-        first: u64,
-        payloads: &[Bytes],
-    ) -> Result<u64, HistoryError> {
-        let keys = Keys::of(id);
-        let mut connection = self.connection.clone();
-        let mut invocation = self.scripts.append.prepare_invoke();
-        invocation
-            .key(&keys.lease)
-            .key(&keys.stream)
-            .key(&keys.meta)
-            .arg(owner.to_string())
-            .arg(first)
-            .arg(self.config.retention)
-            .arg(Self::ms(self.config.lease_ttl))
-            .arg(Self::ms(self.config.idle));
-        for payload in payloads {
-            invocation.arg(payload.as_ref());
-        }
-        let last: String = self.call(invocation.invoke_async(&mut connection)).await?;
-        parse_seq(&last)
-    }
-
-    /// Takes the session's lease for `owner` if it is free (or already
-    /// `owner`'s).
-    pub(crate) async fn acquire(
-        &self,
-        id: &SessionId,
-        owner: Token,
-    ) -> Result<Acquired, HistoryError> {
-        let keys = Keys::of(id);
-        let mut connection = self.connection.clone();
-        let mut invocation = self.scripts.acquire.prepare_invoke();
-        invocation
-            .key(&keys.lease)
-            .key(&keys.meta)
-            .arg(owner.to_string())
-            .arg(Self::ms(self.config.lease_ttl));
-        let (outcome, figure): (String, String) =
-            self.call(invocation.invoke_async(&mut connection)).await?;
-        let figure = parse_seq(&figure)?;
-        match outcome.as_str() {
-            "owner" => Ok(Acquired::Owner { published: figure }),
-            "held" => Ok(Acquired::Held {
-                retry_after: Duration::from_millis(figure),
-            }),
-            other => Err(HistoryError::Corrupt(format!("acquire answered {other}"))),
-        }
-    }
-
-    /// Extends `owner`'s lease; `false` if another instance holds it now.
-    pub(crate) async fn renew(&self, id: &SessionId, owner: Token) -> Result<bool, HistoryError> {
-        let keys = Keys::of(id);
-        let mut connection = self.connection.clone();
-        let mut invocation = self.scripts.renew.prepare_invoke();
-        invocation
-            .key(&keys.lease)
-            .arg(owner.to_string())
-            .arg(Self::ms(self.config.lease_ttl));
-        let renewed: i64 = self.call(invocation.invoke_async(&mut connection)).await?;
-        Ok(renewed == 1)
-    }
-
-    /// Gives up `owner`'s lease, so another instance may take over at once.
-    pub(crate) async fn release(&self, id: &SessionId, owner: Token) -> Result<(), HistoryError> {
-        let keys = Keys::of(id);
-        let mut connection = self.connection.clone();
-        let mut invocation = self.scripts.release.prepare_invoke();
-        invocation.key(&keys.lease).arg(owner.to_string());
-        self.call(invocation.invoke_async::<i64>(&mut connection))
-            .await
-            .map(drop)
-    }
-
     /// Raises the session's `acked` and `sent` to at least these values.
     pub(crate) async fn raise_cursors(
         &self,
@@ -250,18 +166,6 @@ impl History {
         count: usize,
     ) -> Result<Option<Snapshot>, HistoryError> {
         self.read(id, "last".to_owned(), count).await
-    }
-
-    /// The session's meta and up to `count` events after seq `after`;
-    /// `None` if the session is gone. The events are whatever Redis still
-    /// retains: the first may be past `after + 1` (the caller checks).
-    pub(crate) async fn after(
-        &self,
-        id: &SessionId,
-        after: u64,
-        count: usize,
-    ) -> Result<Option<Snapshot>, HistoryError> {
-        self.read(id, after.to_string(), count).await
     }
 
     async fn read(
@@ -320,9 +224,106 @@ impl History {
         .await
         .map(|deleted| deleted > 0)
     }
+}
+
+impl History for RedisHistory {
+    type Tail = RedisTail;
+
+    /// The configuration this history was opened with.
+    fn config(&self) -> &HistoryConfig {
+        &self.config
+    }
+
+    /// Appends `payloads` as seqs `first ..`, as `owner`; returns the last
+    /// seq. Durable in Redis (to its persistence settings) when this
+    /// returns `Ok`.
+    async fn append(
+        &self,
+        id: &SessionId,
+        owner: Token,
+        first: u64,
+        payloads: &[Bytes],
+    ) -> Result<u64, HistoryError> {
+        let keys = Keys::of(id);
+        let mut connection = self.connection.clone();
+        let mut invocation = self.scripts.append.prepare_invoke();
+        invocation
+            .key(&keys.lease)
+            .key(&keys.stream)
+            .key(&keys.meta)
+            .arg(owner.to_string())
+            .arg(first)
+            .arg(self.config.retention)
+            .arg(Self::ms(self.config.lease_ttl))
+            .arg(Self::ms(self.config.idle));
+        for payload in payloads {
+            invocation.arg(payload.as_ref());
+        }
+        let last: String = self.call(invocation.invoke_async(&mut connection)).await?;
+        parse_seq(&last)
+    }
+
+    /// Takes the session's lease for `owner` if it is free (or already
+    /// `owner`'s).
+    async fn acquire(&self, id: &SessionId, owner: Token) -> Result<Acquired, HistoryError> {
+        let keys = Keys::of(id);
+        let mut connection = self.connection.clone();
+        let mut invocation = self.scripts.acquire.prepare_invoke();
+        invocation
+            .key(&keys.lease)
+            .key(&keys.meta)
+            .arg(owner.to_string())
+            .arg(Self::ms(self.config.lease_ttl));
+        let (outcome, figure): (String, String) =
+            self.call(invocation.invoke_async(&mut connection)).await?;
+        let figure = parse_seq(&figure)?;
+        match outcome.as_str() {
+            "owner" => Ok(Acquired::Owner { published: figure }),
+            "held" => Ok(Acquired::Held {
+                retry_after: Duration::from_millis(figure),
+            }),
+            other => Err(HistoryError::Corrupt(format!("acquire answered {other}"))),
+        }
+    }
+
+    /// Extends `owner`'s lease; `false` if another instance holds it now.
+    async fn renew(&self, id: &SessionId, owner: Token) -> Result<bool, HistoryError> {
+        let keys = Keys::of(id);
+        let mut connection = self.connection.clone();
+        let mut invocation = self.scripts.renew.prepare_invoke();
+        invocation
+            .key(&keys.lease)
+            .arg(owner.to_string())
+            .arg(Self::ms(self.config.lease_ttl));
+        let renewed: i64 = self.call(invocation.invoke_async(&mut connection)).await?;
+        Ok(renewed == 1)
+    }
+
+    /// Gives up `owner`'s lease, so another instance may take over at once.
+    async fn release(&self, id: &SessionId, owner: Token) -> Result<(), HistoryError> {
+        let keys = Keys::of(id);
+        let mut connection = self.connection.clone();
+        let mut invocation = self.scripts.release.prepare_invoke();
+        invocation.key(&keys.lease).arg(owner.to_string());
+        self.call(invocation.invoke_async::<i64>(&mut connection))
+            .await
+            .map(drop)
+    }
+
+    /// The session's meta and up to `count` events after seq `after`;
+    /// `None` if the session is gone. The events are whatever Redis still
+    /// retains: the first may be past `after + 1` (the caller checks).
+    async fn after(
+        &self,
+        id: &SessionId,
+        after: u64,
+        count: usize,
+    ) -> Result<Option<Snapshot>, HistoryError> {
+        self.read(id, after.to_string(), count).await
+    }
 
     /// A dedicated connection that follows session `id`'s stream.
-    pub(crate) async fn tail(&self, id: &SessionId) -> Result<Tail, HistoryError> {
+    async fn tail(&self, id: &SessionId) -> Result<RedisTail, HistoryError> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.config.timeout))
             .set_response_timeout(None);
@@ -332,7 +333,7 @@ impl History {
                     .get_multiplexed_async_connection_with_config(&config),
             )
             .await?;
-        Ok(Tail {
+        Ok(RedisTail {
             connection,
             stream: Keys::of(id).stream,
             timeout: self.config.timeout,
@@ -341,17 +342,14 @@ impl History {
 }
 
 /// A blocking reader of one session's stream, on its own connection.
-pub(crate) struct Tail {
+pub(crate) struct RedisTail {
     connection: MultiplexedConnection,
     stream: String,
     timeout: Duration,
 }
 
-impl Tail {
-    /// The events after seq `after` that Redis retains, waiting up to
-    /// `block` for the first one (empty when none came). The first may be
-    /// past `after + 1`: the caller checks.
-    pub(crate) async fn next(
+impl Tail for RedisTail {
+    async fn next(
         &mut self,
         after: u64,
         block: Duration,
