@@ -335,6 +335,16 @@ impl Shared {
         }
     }
 
+    /// Counts a failed call to the shared history and types it for the
+    /// answer.
+    pub(crate) fn history_failed(&self, error: HistoryError) -> LoadError {
+        self.metrics.history_failed(&error);
+        match error {
+            HistoryError::Gone => LoadError::Gone,
+            other => LoadError::History(other),
+        }
+    }
+
     /// Records `entry`'s cursors in the shared history (a no-op without
     /// one), before an answer or bytes that depend on them leave.
     ///

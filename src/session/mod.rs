@@ -352,6 +352,50 @@ impl Session {
         Ok(grant)
     }
 
+    /// The ticket of the upgrade granted and not yet completed, if it has
+    /// not expired at `now`.
+    pub fn pending_upgrade(&self, now: Instant) -> Option<Ticket> {
+        lock(&self.cursors)
+            .pending
+            .as_ref()
+            .filter(|pending| now < pending.expires)
+            .map(|pending| pending.ticket)
+    }
+
+    /// Withdraws the pending upgrade granted with `ticket`, so the client
+    /// may upgrade again at once: the ticket could not be recorded where
+    /// the handshake may arrive, or it was used there. Whether it was
+    /// pending.
+    ///
+    /// ```
+    /// use gapless::session::{Refusal, Session, SessionOptions, Ticket};
+    /// use gapless::{Config, EventId, Ring};
+    /// use std::time::Instant;
+    /// let session = Session::new(Ring::new(Config::default()), SessionOptions::default());
+    /// let cursor = EventId { epoch: session.epoch(), seq: 0 };
+    /// let now = Instant::now();
+    /// session.begin_upgrade(cursor, Ticket([1; 16]), now)?;
+    /// assert_eq!(
+    ///     session.begin_upgrade(cursor, Ticket([2; 16]), now),
+    ///     Err(Refusal::MigrationInProgress)
+    /// );
+    /// assert!(session.cancel_upgrade(&Ticket([1; 16])));
+    /// assert!(session.begin_upgrade(cursor, Ticket([2; 16]), now).is_ok());
+    /// # Ok::<(), Refusal>(())
+    /// ```
+    pub fn cancel_upgrade(&self, ticket: &Ticket) -> bool {
+        let mut cursors = lock(&self.cursors);
+        if cursors
+            .pending
+            .as_ref()
+            .is_some_and(|p| p.ticket == *ticket)
+        {
+            cursors.pending = None;
+            return true;
+        }
+        false
+    }
+
     /// The WebSocket handshake for a granted upgrade: consumes the ticket,
     /// re-checks that the ring still covers the cursor, and attaches the
     /// WebSocket (superseding the SSE stream). The replay now runs to the

@@ -14,6 +14,7 @@ use axum::extract::{Query, State};
 use axum::response::Response;
 use axum::Json;
 use gapless::session::{Refusal, Ticket};
+use gapless::EventId;
 use gapless_client::wire::UpgradeGrant;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -26,9 +27,42 @@ pub(crate) async fn upgrade(
     CursorJson(cursor): CursorJson,
 ) -> Result<Json<UpgradeGrant>, ApiError> {
     let entry = state.refresh(entry).await?;
+    let now = Instant::now();
+    if let (Some(history), Some(pending)) = (&state.history, entry.session.pending_upgrade(now)) {
+        // A pending upgrade whose ticket was used on another instance no
+        // longer blocks a new one here.
+        let waiting = history
+            .ticket_exists(&id, &pending.to_string())
+            .await
+            .map_err(|error| state.history_failed(error))?;
+        if !waiting {
+            entry.session.cancel_upgrade(&pending);
+        }
+    }
     let ticket = Ticket(random_bytes().map_err(|e| ApiError::Internal(e.to_string()))?);
-    let begun = entry.session.begin_upgrade(cursor, ticket, Instant::now());
-    state.persist_cursors(&entry).await?;
+    let begun = entry.session.begin_upgrade(cursor, ticket, now);
+    // With a shared history the cursors, and a granted ticket, are recorded
+    // there before the answer, so the handshake may reach any instance; if
+    // they cannot be, the grant is withdrawn (nothing blocks a retry).
+    let recorded = async {
+        state.persist_cursors(&entry).await?;
+        if let (Some(history), Ok(_)) = (&state.history, &begun) {
+            history
+                .ticket_put(
+                    &id,
+                    &ticket.to_string(),
+                    cursor.seq,
+                    state.config.ticket_ttl,
+                )
+                .await
+                .map_err(|error| state.history_failed(error))?;
+        }
+        Ok::<(), ApiError>(())
+    };
+    if let Err(error) = recorded.await {
+        entry.session.cancel_upgrade(&ticket);
+        return Err(error);
+    }
     match begun {
         Ok(grant) => {
             state
@@ -72,7 +106,34 @@ pub(crate) async fn websocket(
     };
     let entry = state.refresh(entry).await?;
     let slot = StreamSlot::take(&state, &entry)?;
-    let completed = entry.session.complete_upgrade(&ticket, Instant::now());
+    let now = Instant::now();
+    let completed = match &state.history {
+        None => entry.session.complete_upgrade(&ticket, now),
+        // The ticket is used once, on whichever instance the handshake
+        // reaches first; one granted elsewhere is granted here for the same
+        // cursor, then completed.
+        Some(history) => match history
+            .ticket_take(&entry.id, &ticket.to_string())
+            .await
+            .map_err(|error| state.history_failed(error))?
+        {
+            None => {
+                entry.session.cancel_upgrade(&ticket);
+                Err(Refusal::BadTicket)
+            }
+            Some(cursor) if entry.session.pending_upgrade(now) != Some(ticket) => {
+                let cursor = EventId {
+                    epoch: entry.session.epoch(),
+                    seq: cursor,
+                };
+                entry
+                    .session
+                    .begin_upgrade(cursor, ticket, now)
+                    .and_then(|_| entry.session.complete_upgrade(&ticket, now))
+            }
+            Some(_) => entry.session.complete_upgrade(&ticket, now),
+        },
+    };
     state.persist_cursors(&entry).await?;
     let (grant, attachment) = match completed {
         Ok(granted) => granted,

@@ -42,6 +42,12 @@ struct Keys {
 }
 
 impl Keys {
+    /// The key of upgrade `ticket` (hex) of session `id`: in the session's
+    /// slot, expiring with the ticket.
+    fn ticket(id: &SessionId, ticket: &str) -> String {
+        format!("gapless:{{{id}}}:t:{ticket}")
+    }
+
     fn of(id: &SessionId) -> Self {
         Self {
             stream: format!("gapless:{{{id}}}:s"),
@@ -208,6 +214,63 @@ impl RedisHistory {
             sent,
             events,
         }))
+    }
+
+    /// Records upgrade `ticket` for `cursor` until `ttl`, so the WebSocket
+    /// handshake may reach any instance.
+    pub(crate) async fn ticket_put(
+        &self,
+        id: &SessionId,
+        ticket: &str,
+        cursor: u64,
+        ttl: Duration,
+    ) -> Result<(), HistoryError> {
+        let mut connection = self.connection.clone();
+        self.call(
+            redis::cmd("SET")
+                .arg(Keys::ticket(id, ticket))
+                .arg(cursor)
+                .arg("PX")
+                .arg(Self::ms(ttl))
+                .query_async::<()>(&mut connection),
+        )
+        .await
+    }
+
+    /// Takes upgrade `ticket` (`GETDEL`: it is used once, on whichever
+    /// instance gets the handshake first); its cursor, or `None` if it is
+    /// unknown, used or expired.
+    pub(crate) async fn ticket_take(
+        &self,
+        id: &SessionId,
+        ticket: &str,
+    ) -> Result<Option<u64>, HistoryError> {
+        let mut connection = self.connection.clone();
+        let cursor: Option<String> = self
+            .call(
+                redis::cmd("GETDEL")
+                    .arg(Keys::ticket(id, ticket))
+                    .query_async(&mut connection),
+            )
+            .await?;
+        cursor.map(|text| parse_seq(&text)).transpose()
+    }
+
+    /// Whether upgrade `ticket` is still waiting for its handshake.
+    pub(crate) async fn ticket_exists(
+        &self,
+        id: &SessionId,
+        ticket: &str,
+    ) -> Result<bool, HistoryError> {
+        let mut connection = self.connection.clone();
+        let exists: i64 = self
+            .call(
+                redis::cmd("EXISTS")
+                    .arg(Keys::ticket(id, ticket))
+                    .query_async(&mut connection),
+            )
+            .await?;
+        Ok(exists == 1)
     }
 
     /// Deletes the session's keys; whether there were any.

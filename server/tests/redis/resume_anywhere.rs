@@ -123,3 +123,71 @@ async fn a_session_deleted_on_one_instance_is_gone_on_the_other() {
     })
     .await;
 }
+
+/// The upgrade answered by A, the WebSocket handshake on B (a round-robin
+/// load balancer): the ticket is in Redis and is used once, on whichever
+/// instance the handshake reaches first; using it again anywhere is
+/// `bad_ticket`; and A grants a new upgrade at once, since the ticket it
+/// was waiting for was used on B.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_upgrade_granted_on_one_instance_completes_once_on_another() {
+    bounded("ticket anywhere", async {
+        let redis = RedisServer::start(Persistence::None);
+        let (_a, client_a) = instance(&redis, &[]).await;
+        let (_b, client_b) = instance(&redis, &[]).await;
+        let created = client_a.create_session().await.expect("create on A");
+        let (session, epoch) = (created.session.clone(), created.epoch);
+        let mut received = Received::default();
+        for index in 0..3 {
+            client_a
+                .emit_raw(&session, payload(0, index))
+                .await
+                .expect("emit");
+        }
+        let mut stream = client_a.open_sse(&session, None).await.expect("SSE on A");
+        received.read_through(&mut stream, 3, epoch).await;
+        drop(stream);
+        for index in 3..6 {
+            client_a
+                .emit_raw(&session, payload(0, index))
+                .await
+                .expect("emit");
+        }
+        let grant = client_a
+            .upgrade(&session, EventId { epoch, seq: 3 })
+            .await
+            .expect("upgrade on A");
+        assert_eq!((grant.replay_from, grant.replay_to), (4, 6));
+        let mut socket = client_b
+            .connect_ws(&grant)
+            .await
+            .expect("the handshake on B");
+        for _ in 4..=6 {
+            match next_frame(&mut socket, "replay on B").await {
+                Incoming::Event(event) => received.record(event.id, event.data, epoch),
+                other => panic!("expected a replayed frame, got {other:?}"),
+            }
+        }
+        client_a
+            .emit_raw(&session, payload(0, 6))
+            .await
+            .expect("emit");
+        match next_frame(&mut socket, "live on B").await {
+            Incoming::Event(event) => received.record(event.id, event.data, epoch),
+            other => panic!("expected a live frame, got {other:?}"),
+        }
+        let again = client_a.upgrade(&session, EventId { epoch, seq: 7 }).await;
+        assert!(
+            again.is_ok(),
+            "A's used pending upgrade still blocks: {again:?}"
+        );
+        for (name, client) in [("A", &client_a), ("B", &client_b)] {
+            match client.connect_ws(&grant).await {
+                Err(ClientError::Refused(Refusal::BadTicket)) => {}
+                other => panic!("{name}: a used ticket was {:?}", other.map(|_| "a socket")),
+            }
+        }
+        drop(socket);
+    })
+    .await;
+}
