@@ -515,7 +515,11 @@ impl AppState {
             Some(redis) => {
                 let mut redis = redis.clone();
                 redis.retention = redis.retention.max(config.ring_events);
-                redis.idle = config.idle_timeout;
+                // Open streams refresh the keys at each keepalive (SSE every
+                // 5 s, WebSocket every ping): the keys outlive the local
+                // idle timeout by two of them.
+                redis.idle = config.idle_timeout
+                    + 2 * config.ping_interval.max(std::time::Duration::from_secs(5));
                 Some(Arc::new(RedisHistory::connect(redis).await?))
             }
             None => None,

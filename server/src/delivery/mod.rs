@@ -262,7 +262,15 @@ pub(crate) async fn deliver(
                 wake = transport.wake() => {
                     match wake {
                         Wake::Gone(why) => return gone(why),
-                        Wake::Idle => match tokio::time::timeout(write_timeout, transport.keepalive()).await {
+                        Wake::Idle => {
+                            // An open stream is activity: with a shared
+                            // history it keeps the session's keys from
+                            // expiring (a no-op without one).
+                            if state.persist_cursors(&attached.entry).await.is_err() {
+                                transport.abort();
+                                return;
+                            }
+                            match tokio::time::timeout(write_timeout, transport.keepalive()).await {
                             Ok(Ok(())) => continue,
                             Ok(Err(why)) => return gone(why),
                             Err(_) => {
@@ -270,7 +278,8 @@ pub(crate) async fn deliver(
                                 transport.abort();
                                 return;
                             }
-                        },
+                        }
+                        }
                     }
                 }
                 _ = changed.changed() => continue,
@@ -314,6 +323,12 @@ pub(crate) async fn deliver(
             Err(ReplayError::Gap(gap)) => {
                 metrics.lapped_readers.fetch_add(1, Ordering::Relaxed);
                 session.gap_reported(gap.first_retained);
+                // The report lets the client continue from `first_retained -
+                // 1`: recorded before it leaves, like `sent`.
+                if state.persist_cursors(&attached.entry).await.is_err() {
+                    transport.abort();
+                    return;
+                }
                 let _ =
                     tokio::time::timeout(write_timeout, transport.send_gap(&Refusal::from(gap)))
                         .await;

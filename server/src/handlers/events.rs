@@ -138,17 +138,25 @@ pub(crate) async fn open_sse(
     })?;
     let attached = Attached::new(Arc::clone(&state), slot, attachment);
     // Copied now, so a gap is still a 409 rather than a broken stream.
-    let replay = copy_replay(
+    let replay = match copy_replay(
         &state,
         &attached,
         grant.cursor,
         grant.replay_to,
         Stage::SseResume,
-    )
-    .map_err(|not_replayed| match not_replayed {
-        NotReplayed::Gap(refusal) => ApiError::Refused(refusal),
-        NotReplayed::Ahead => ApiError::Internal("replay ran ahead of the watermark".into()),
-    })?;
+    ) {
+        Ok(replay) => replay,
+        Err(NotReplayed::Gap(refusal)) => {
+            // The gap was accounted: recorded before the refusal leaves.
+            state.persist_cursors(&entry).await?;
+            return Err(ApiError::Refused(refusal));
+        }
+        Err(NotReplayed::Ahead) => {
+            return Err(ApiError::Internal(
+                "replay ran ahead of the watermark".into(),
+            ))
+        }
+    };
     let connection = connection.map(|Extension(handle)| handle);
     let (transport, response) = delivery::sse::open(state.config.sse_retry, connection);
     let task = state.lifecycle.track(delivery::deliver(

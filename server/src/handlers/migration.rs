@@ -167,7 +167,11 @@ pub(crate) async fn websocket(
                 transport,
             ))
         })),
-        Err(NotReplayed::Gap(refusal)) => Ok(close_with_gap(upgrade, refusal)),
+        Err(NotReplayed::Gap(refusal)) => {
+            // The gap was accounted: recorded before the close leaves.
+            state.persist_cursors(&entry).await?;
+            Ok(close_with_gap(upgrade, refusal))
+        }
         Err(NotReplayed::Ahead) => Err(ApiError::Internal(
             "replay ran ahead of the watermark".into(),
         )),

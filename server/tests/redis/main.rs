@@ -20,6 +20,7 @@ mod prometheus;
 mod support;
 
 mod cluster;
+mod expiry;
 mod failover;
 mod redis_server;
 mod resume_anywhere;

@@ -383,10 +383,10 @@ async fn churn_client(
                 // Echo the server's last emitted ID as if it were our cursor
                 // (the echoed-ID case), once the server has stopped sending to us.
                 let session = mc.session().to_string();
-                match echoed_cursor(&client, &session, &last_id).await {
+                match echoed_cursor(&instances, &session, &last_id).await {
                     Ok(Some(echoed)) => {
                         tour.echoed = true;
-                        match client.upgrade(mc.session(), echoed).await {
+                        match mc.client().upgrade(mc.session(), echoed).await {
                             Err(ClientError::Refused(refusal @ Refusal::CursorAhead { .. })) => {
                                 tally.refused(&refusal);
                                 tally.echoed_refused.fetch_add(1, Ordering::Relaxed);
@@ -397,7 +397,7 @@ async fn churn_client(
                                 // migrations go on.
                                 tracing::warn!(?echoed, "churn: echoed cursor granted");
                                 tally.echoed_granted.fetch_add(1, Ordering::Relaxed);
-                                if let Ok(socket) = client.connect_ws(&grant).await {
+                                if let Ok(socket) = mc.client().connect_ws(&grant).await {
                                     socket.close().await;
                                 }
                             }
@@ -464,22 +464,35 @@ async fn churn_client(
 
 /// The producer's latest event ID, once it is beyond what the server sent
 /// this session (the client has no transport open): an ID the client never
-/// saw. Polls the server's figures for up to 2 s; `None` if none came.
+/// saw. With several instances, every one must report no transport (a
+/// stream the client dropped on one may still be handing events over
+/// there), and `sent` is the session's on all (each reads it from Redis).
+/// Polls the servers' figures for up to 2 s; `None` if none came.
 async fn echoed_cursor(
-    client: &Client,
+    instances: &[Client],
     session: &str,
     last_id: &Mutex<Option<gapless::EventId>>,
 ) -> Result<Option<gapless::EventId>, ClientError> {
     let give_up = Instant::now() + Duration::from_secs(2);
-    while Instant::now() < give_up {
-        let state = client.state(session).await?;
+    'poll: while Instant::now() < give_up {
+        let mut sent = 0;
+        let mut epoch = None;
+        for client in instances {
+            let state = client.state(session).await?;
+            if state.transport != gapless::session::Transport::None {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue 'poll;
+            }
+            sent = sent.max(state.sent);
+            epoch = Some(state.epoch);
+        }
         let Some(latest) = last_id.lock().ok().and_then(|l| *l) else {
             return Ok(None);
         };
-        if latest.epoch != state.epoch {
+        if Some(latest.epoch) != epoch {
             return Ok(None);
         }
-        if state.transport == gapless::session::Transport::None && latest.seq > state.sent {
+        if latest.seq > sent {
             return Ok(Some(latest));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
