@@ -2,7 +2,7 @@
 //! metrics, and the server's lifecycle (shutdown signals, tracked tasks).
 
 use crate::config::ServerConfig;
-use crate::history::{HistoryError, RedisHistory, Snapshot, Token};
+use crate::history::{Attach, HistoryError, Raised, RedisHistory, Snapshot, Token};
 use crate::ids::SessionId;
 use crate::metrics::{Limit, Metrics};
 use crate::replica::{Replica, ReplicaError};
@@ -346,25 +346,69 @@ impl Shared {
     }
 
     /// Records `entry`'s cursors in the shared history (a no-op without
-    /// one), before an answer or bytes that depend on them leave.
+    /// one), before an answer that depends on them leaves.
     ///
     /// # Errors
     /// The history is unavailable, or the session is gone from it.
     pub(crate) async fn persist_cursors(&self, entry: &Entry) -> Result<(), LoadError> {
+        self.raise(entry, None, Attach::None).await.map(drop)
+    }
+
+    /// [`Shared::persist_cursors`] for a transport that attaches now: its
+    /// attach generation in the shared history (`None` without one).
+    ///
+    /// # Errors
+    /// As [`Shared::persist_cursors`].
+    pub(crate) async fn persist_attach(&self, entry: &Entry) -> Result<Option<u64>, LoadError> {
+        self.raise(entry, None, Attach::New)
+            .await
+            .map(|raised| raised.map(|r| r.generation))
+    }
+
+    /// Records, for the stream attached at `generation`, that it is about
+    /// to hand over events up to `sent` (`None`: a keepalive), then
+    /// records `sent` locally. `Ok(false)`: a transport attached since on
+    /// some instance; nothing was recorded and the stream must end.
+    /// Always `Ok(true)` without a shared history (after `record_sent`).
+    ///
+    /// # Errors
+    /// As [`Shared::persist_cursors`].
+    pub(crate) async fn persist_sent(
+        &self,
+        entry: &Entry,
+        sent: Option<u64>,
+        generation: Option<u64>,
+    ) -> Result<bool, LoadError> {
+        let attach = generation.map_or(Attach::None, Attach::Current);
+        let still_current = self
+            .raise(entry, sent, attach)
+            .await?
+            .is_none_or(|raised| raised.raised);
+        if let (true, Some(sent)) = (still_current, sent) {
+            entry.session.record_sent(sent);
+        }
+        Ok(still_current)
+    }
+
+    /// Raises `entry`'s cursors in the shared history (`sent` at least to
+    /// `sent`, capped at the ring's watermark); `None` without a history.
+    async fn raise(
+        &self,
+        entry: &Entry,
+        sent: Option<u64>,
+        attach: Attach,
+    ) -> Result<Option<Raised>, LoadError> {
         let Some(history) = &self.history else {
-            return Ok(());
+            return Ok(None);
         };
         let state = entry.session.state();
+        let sent = sent.map_or(state.sent, |s| state.sent.max(s.min(state.published)));
         match history
-            .raise_cursors(&entry.id, state.acked, state.sent)
+            .raise_cursors(&entry.id, state.acked, sent, attach)
             .await
         {
-            Ok(()) => Ok(()),
-            Err(HistoryError::Gone) => Err(LoadError::Gone),
-            Err(error) => {
-                self.metrics.history_failed(&error);
-                Err(LoadError::History(error))
-            }
+            Ok(raised) => Ok(Some(raised)),
+            Err(error) => Err(self.history_failed(error)),
         }
     }
 

@@ -124,19 +124,28 @@ pub(crate) struct Attached {
     state: Arc<Shared>,
     entry: Arc<Entry>,
     attachment: Attachment,
+    /// With a shared history: the session's attach generation there when
+    /// this transport attached (a newer one on any instance supersedes it).
+    generation: Option<u64>,
     _slot: StreamSlot,
 }
 
 impl Attached {
     /// Takes over `attachment`, just granted by the session in `slot`, and
     /// tells the session's other streams that the attachment changed.
-    pub(crate) fn new(state: Arc<Shared>, slot: StreamSlot, attachment: Attachment) -> Self {
+    pub(crate) fn new(
+        state: Arc<Shared>,
+        slot: StreamSlot,
+        attachment: Attachment,
+        generation: Option<u64>,
+    ) -> Self {
         let entry = Arc::clone(&slot.entry);
         entry.notify_changed();
         Self {
             state,
             entry,
             attachment,
+            generation,
             _slot: slot,
         }
     }
@@ -265,20 +274,25 @@ pub(crate) async fn deliver(
                         Wake::Idle => {
                             // An open stream is activity: with a shared
                             // history it keeps the session's keys from
-                            // expiring (a no-op without one).
-                            if state.persist_cursors(&attached.entry).await.is_err() {
-                                transport.abort();
-                                return;
+                            // expiring, and learns whether a transport
+                            // attached on another instance since.
+                            match state.persist_sent(&attached.entry, None, attached.generation).await {
+                                Ok(true) => {}
+                                Ok(false) => break End::Superseded,
+                                Err(_) => {
+                                    transport.abort();
+                                    return;
+                                }
                             }
                             match tokio::time::timeout(write_timeout, transport.keepalive()).await {
-                            Ok(Ok(())) => continue,
-                            Ok(Err(why)) => return gone(why),
-                            Err(_) => {
-                                metrics.tripped(Limit::WriteTimeout);
-                                transport.abort();
-                                return;
+                                Ok(Ok(())) => continue,
+                                Ok(Err(why)) => return gone(why),
+                                Err(_) => {
+                                    metrics.tripped(Limit::WriteTimeout);
+                                    transport.abort();
+                                    return;
+                                }
                             }
-                        }
                         }
                     }
                 }
@@ -292,14 +306,22 @@ pub(crate) async fn deliver(
                 let Some(last) = events.last().map(|e| e.seq) else {
                     continue;
                 };
-                session.record_sent(last);
-                // With a shared history, `sent` is recorded there before the
-                // bytes leave, so the client's cursor is legitimate on every
-                // instance; if it cannot be, the connection closes and the
-                // client resumes with its own cursor.
-                if state.persist_cursors(&attached.entry).await.is_err() {
-                    transport.abort();
-                    return;
+                // `sent` is recorded (with a shared history, there first)
+                // before the bytes leave, so the client's cursor is
+                // legitimate on every instance; a transport attached since
+                // on any instance ends this stream; if Redis cannot record
+                // it, the connection closes and the client resumes with its
+                // own cursor.
+                match state
+                    .persist_sent(&attached.entry, Some(last), attached.generation)
+                    .await
+                {
+                    Ok(true) => {}
+                    Ok(false) => break End::Superseded,
+                    Err(_) => {
+                        transport.abort();
+                        return;
+                    }
                 }
                 match tokio::time::timeout(write_timeout, transport.send_events(epoch, &events))
                     .await
@@ -372,7 +394,7 @@ mod tests {
             seq: 0,
         };
         let (_, attachment) = entry.session.resume_sse(cursor).expect("attach");
-        let attached = Attached::new(Arc::clone(&state), slot, attachment);
+        let attached = Attached::new(Arc::clone(&state), slot, attachment, None);
         assert_eq!(entry.session.state().transport, Transport::Sse);
         assert_eq!(entry.streams.load(Ordering::Acquire), 1);
         let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {

@@ -131,12 +131,18 @@ pub(crate) async fn open_sse(
     let cursor = sse_cursor(&entry.session, &headers, &query)?;
     let slot = StreamSlot::take(&state, &entry)?;
     let resumed = entry.session.resume_sse(cursor);
-    state.persist_cursors(&entry).await?;
+    let generation = match &resumed {
+        Ok(_) => state.persist_attach(&entry).await?,
+        Err(_) => {
+            state.persist_cursors(&entry).await?;
+            None
+        }
+    };
     let (grant, attachment) = resumed.map_err(|refusal: Refusal| {
         state.metrics.refused(Stage::SseResume, &refusal);
         ApiError::Refused(refusal)
     })?;
-    let attached = Attached::new(Arc::clone(&state), slot, attachment);
+    let attached = Attached::new(Arc::clone(&state), slot, attachment, generation);
     // Copied now, so a gap is still a 409 rather than a broken stream.
     let replay = match copy_replay(
         &state,

@@ -134,7 +134,13 @@ pub(crate) async fn websocket(
             Some(_) => entry.session.complete_upgrade(&ticket, now),
         },
     };
-    state.persist_cursors(&entry).await?;
+    let generation = match &completed {
+        Ok(_) => state.persist_attach(&entry).await?,
+        Err(_) => {
+            state.persist_cursors(&entry).await?;
+            None
+        }
+    };
     let (grant, attachment) = match completed {
         Ok(granted) => granted,
         // The gap was evicted since the grant: the handshake completes and
@@ -149,7 +155,7 @@ pub(crate) async fn websocket(
         .metrics
         .migrations_completed
         .fetch_add(1, Ordering::Relaxed);
-    let attached = Attached::new(Arc::clone(&state), slot, attachment);
+    let attached = Attached::new(Arc::clone(&state), slot, attachment, generation);
     match copy_replay(
         &state,
         &attached,

@@ -155,6 +155,30 @@ pub(crate) struct Snapshot {
     pub(crate) events: Vec<(u64, Bytes)>,
 }
 
+/// Which transport a cursor update is for. Every attach of a transport
+/// (an SSE connect, a WebSocket handshake), on any instance, raises the
+/// session's attach generation in Redis: a stream whose generation is
+/// older has been superseded, wherever the newer transport is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Attach {
+    /// No transport (an ack, an upgrade, a refusal's accounting).
+    None,
+    /// A transport attaches now: the generation goes up.
+    New,
+    /// The transport attached at this generation: refused, and nothing
+    /// raised, if another attached since.
+    Current(u64),
+}
+
+/// What a cursor update did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Raised {
+    /// `false`: the caller's transport was superseded; nothing raised.
+    pub(crate) raised: bool,
+    /// The session's attach generation now.
+    pub(crate) generation: u64,
+}
+
 /// What taking the lease found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Acquired {

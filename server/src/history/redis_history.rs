@@ -3,7 +3,9 @@
 //! [`RedisTail`] (a blocked `XREAD` would stall every call queued behind
 //! it).
 
-use super::{Acquired, History, HistoryConfig, HistoryError, Snapshot, Tail, Token};
+use super::{
+    Acquired, Attach, History, HistoryConfig, HistoryError, Raised, Snapshot, Tail, Token,
+};
 use crate::ids::SessionId;
 use bytes::Bytes;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
@@ -143,13 +145,16 @@ impl RedisHistory {
         Ok(created == 1)
     }
 
-    /// Raises the session's `acked` and `sent` to at least these values.
+    /// Raises the session's `acked` and `sent` to at least these values
+    /// for a transport at `attach` (see [`Attach`]), and restarts the
+    /// session's idle expiry.
     pub(crate) async fn raise_cursors(
         &self,
         id: &SessionId,
         acked: u64,
         sent: u64,
-    ) -> Result<(), HistoryError> {
+        attach: Attach,
+    ) -> Result<Raised, HistoryError> {
         let keys = Keys::of(id);
         let mut connection = self.connection.clone();
         let mut invocation = self.scripts.raise.prepare_invoke();
@@ -158,10 +163,18 @@ impl RedisHistory {
             .key(&keys.stream)
             .arg(acked)
             .arg(sent)
-            .arg(Self::ms(self.config.idle));
-        self.call(invocation.invoke_async::<i64>(&mut connection))
-            .await
-            .map(drop)
+            .arg(Self::ms(self.config.idle))
+            .arg(match attach {
+                Attach::None => String::new(),
+                Attach::New => "new".to_owned(),
+                Attach::Current(generation) => generation.to_string(),
+            });
+        let (raised, generation): (i64, u64) =
+            self.call(invocation.invoke_async(&mut connection)).await?;
+        Ok(Raised {
+            raised: raised == 1,
+            generation,
+        })
     }
 
     /// The session's meta and its newest `count` events; `None` if the

@@ -191,3 +191,43 @@ async fn an_upgrade_granted_on_one_instance_completes_once_on_another() {
     })
     .await;
 }
+
+/// Latest transport wins across instances: an SSE stream on A ends (its
+/// body ends, without the next event) once the same session's client
+/// attaches a WebSocket on B; the event goes to the WebSocket only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_websocket_attached_on_one_instance_supersedes_a_stream_on_another() {
+    bounded("supersede across instances", async {
+        let redis = RedisServer::start(Persistence::None);
+        let (_a, client_a) = instance(&redis, &[]).await;
+        let (_b, client_b) = instance(&redis, &[]).await;
+        let created = client_a.create_session().await.expect("create on A");
+        let (session, epoch) = (created.session.clone(), created.epoch);
+        client_a
+            .emit_raw(&session, payload(0, 0))
+            .await
+            .expect("emit");
+        let mut received = Received::default();
+        let mut stream = client_a.open_sse(&session, None).await.expect("SSE on A");
+        received.read_through(&mut stream, 1, epoch).await;
+        let grant = client_b
+            .upgrade(&session, EventId { epoch, seq: 1 })
+            .await
+            .expect("upgrade on B");
+        let mut socket = client_b.connect_ws(&grant).await.expect("WebSocket on B");
+        client_a
+            .emit_raw(&session, payload(0, 1))
+            .await
+            .expect("emit");
+        match next_frame(&mut socket, "live on B").await {
+            Incoming::Event(event) => received.record(event.id, event.data, epoch),
+            other => panic!("expected a live frame, got {other:?}"),
+        }
+        match crate::support::next_item(&mut stream, "the superseded SSE stream on A").await {
+            Incoming::Closed(closed) => assert!(closed.clean, "{closed:?}"),
+            other => panic!("the SSE stream on A went on with {other:?}"),
+        }
+        drop(socket);
+    })
+    .await;
+}
