@@ -54,7 +54,13 @@ pub async fn emit_retrying(
                 refused.push(code);
                 tokio::time::sleep(Duration::from_millis(50)).await; // Retry-After, bounded
             }
-            Err(error) => panic!("emit {payload}: {error} (after {refused:?})"),
+            Err(error) => {
+                let mut by_code = std::collections::BTreeMap::<&str, usize>::new();
+                for code in &refused {
+                    *by_code.entry(code.as_str()).or_default() += 1;
+                }
+                panic!("emit {payload}: {error} (after {by_code:?})")
+            }
         }
     }
 }
