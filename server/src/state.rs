@@ -233,10 +233,7 @@ impl Shared {
         let snapshot = match history.newest(id, self.config.ring_events).await {
             Ok(Some(snapshot)) => snapshot,
             Ok(None) => return Ok(None),
-            Err(error) => {
-                self.metrics.history_failed(&error);
-                return Err(LoadError::History(error));
-            }
+            Err(error) => return Err(self.history_failed(error)),
         };
         if self.session_count.fetch_add(1, Ordering::AcqRel) >= self.config.max_sessions {
             self.session_count.fetch_sub(1, Ordering::AcqRel);
@@ -316,14 +313,7 @@ impl Shared {
                 entry.session.raise_cursors(acked, sent);
                 Ok(entry)
             }
-            Err(ReplicaError::History(HistoryError::Gone)) => {
-                self.end_session(&entry.id);
-                Err(LoadError::Gone)
-            }
-            Err(ReplicaError::History(error)) => {
-                self.metrics.history_failed(&error);
-                Err(LoadError::History(error))
-            }
+            Err(ReplicaError::History(error)) => Err(self.session_history_failed(&entry.id, error)),
             Err(error) => {
                 tracing::info!(session = %entry.id, %error, "replica reloaded");
                 self.metrics
@@ -345,6 +335,16 @@ impl Shared {
         }
     }
 
+    /// [`Shared::history_failed`] for a call about session `id`: a session
+    /// gone from the history ends here too.
+    pub(crate) fn session_history_failed(&self, id: &SessionId, error: HistoryError) -> LoadError {
+        let failed = self.history_failed(error);
+        if matches!(failed, LoadError::Gone) {
+            self.drop_local(id);
+        }
+        failed
+    }
+
     /// Records `entry`'s cursors in the shared history (a no-op without
     /// one), before an answer that depends on them leaves.
     ///
@@ -354,15 +354,20 @@ impl Shared {
         self.raise(entry, None, Attach::None).await.map(drop)
     }
 
-    /// [`Shared::persist_cursors`] for a transport that attaches now: its
-    /// attach generation in the shared history (`None` without one).
+    /// [`Shared::persist_cursors`] after a cursor check that attached a
+    /// transport (`attached`) or not: the transport's attach generation in
+    /// the shared history (`None` without one, or when none attached).
     ///
     /// # Errors
     /// As [`Shared::persist_cursors`].
-    pub(crate) async fn persist_attach(&self, entry: &Entry) -> Result<Option<u64>, LoadError> {
-        self.raise(entry, None, Attach::New)
-            .await
-            .map(|raised| raised.map(|r| r.generation))
+    pub(crate) async fn persist_check(
+        &self,
+        entry: &Entry,
+        attached: bool,
+    ) -> Result<Option<u64>, LoadError> {
+        let attach = if attached { Attach::New } else { Attach::None };
+        let raised = self.raise(entry, None, attach).await?;
+        Ok(raised.filter(|_| attached).map(|r| r.generation))
     }
 
     /// Records, for the stream attached at `generation`, that it is about

@@ -90,23 +90,7 @@ fn replica_failed(state: &Shared, id: &SessionId, error: &ReplicaError) -> ApiEr
                 retry_after_secs: retry_after.as_millis().div_ceil(1000).max(1) as u64,
             }
         }
-        ReplicaError::History(HistoryError::Gone) => {
-            state.drop_local(id);
-            ApiError::NoSuchSession
-        }
-        ReplicaError::History(HistoryError::Corrupt(what)) => {
-            state
-                .metrics
-                .history_failed(&HistoryError::Corrupt(what.clone()));
-            ApiError::Internal(format!("history: {what}"))
-        }
-        ReplicaError::History(error) => {
-            state
-                .metrics
-                .history_failed(&HistoryError::Unavailable(error.to_string()));
-            tracing::warn!(session = %id, %error, "emit not acknowledged");
-            ApiError::HistoryUnavailable
-        }
+        ReplicaError::History(error) => state.session_history_failed(id, error.clone()).into(),
         // This copy cannot continue; the next request loads it afresh.
         ReplicaError::Stale { .. } => {
             state
@@ -131,13 +115,7 @@ pub(crate) async fn open_sse(
     let cursor = sse_cursor(&entry.session, &headers, &query)?;
     let slot = StreamSlot::take(&state, &entry)?;
     let resumed = entry.session.resume_sse(cursor);
-    let generation = match &resumed {
-        Ok(_) => state.persist_attach(&entry).await?,
-        Err(_) => {
-            state.persist_cursors(&entry).await?;
-            None
-        }
-    };
+    let generation = state.persist_check(&entry, resumed.is_ok()).await?;
     let (grant, attachment) = resumed.map_err(|refusal: Refusal| {
         state.metrics.refused(Stage::SseResume, &refusal);
         ApiError::Refused(refusal)

@@ -134,13 +134,7 @@ pub(crate) async fn websocket(
             Some(_) => entry.session.complete_upgrade(&ticket, now),
         },
     };
-    let generation = match &completed {
-        Ok(_) => state.persist_attach(&entry).await?,
-        Err(_) => {
-            state.persist_cursors(&entry).await?;
-            None
-        }
-    };
+    let generation = state.persist_check(&entry, completed.is_ok()).await?;
     let (grant, attachment) = match completed {
         Ok(granted) => granted,
         // The gap was evicted since the grant: the handshake completes and

@@ -72,11 +72,10 @@ pub(crate) async fn delete(
         // The history is the record: delete there first (every instance's
         // copy finds it gone at its next look), then here.
         Some(history) => {
-            let existed = history.delete(&id).await.map_err(|error| {
-                state.metrics.history_failed(&error);
-                tracing::warn!(%error, "shared history");
-                ApiError::HistoryUnavailable
-            })?;
+            let existed = history
+                .delete(&id)
+                .await
+                .map_err(|error| state.history_failed(error))?;
             let local = state.end_session(&id).is_some();
             if !(existed || local) {
                 return Err(ApiError::NoSuchSession);

@@ -195,7 +195,7 @@ pub(crate) enum Acquired {
 }
 
 /// Why a call to the shared history failed.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum HistoryError {
     /// Redis did not answer in time, the connection failed, or Redis
     /// refused the command (out of memory, loading). A write may or may
