@@ -1,72 +1,59 @@
 //! The byte arena: payload bytes in preallocated `AtomicU64` words.
 //!
 //! Positions are *virtual* word numbers that only grow; word `p` lives in
-//! `words[p mod len]`. The claim word (see `claim`) hands out runs of
+//! `words[p mod len]`, for any `len` (the configured bytes in words). The claim word (see `claim`) hands out runs of
 //! positions in seq order. Who may write a run, and when a reader's copy is
 //! still valid, is the ring's protocol; the arena only stores and copies
-//! words, with `Relaxed` atomics between the fences the ring issues
-//! (Boehm's seqlock recipe).
+//! words, in bulk through [`crate::copy`] (byte-wise atomic copies)
+//! between the fences the ring issues (Boehm's seqlock recipe).
 //!
 //! The words are allocated zeroed ([`zeroed_slice`]): all of them up front,
 //! so a ring's memory never grows or moves, but resident only as they are
 //! written, so an idle ring costs the pages its few events touched rather
 //! than its whole arena.
 
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::AtomicU64;
+use crate::wrap::Wrap;
 
 /// The word arena.
 pub(crate) struct Arena {
-    /// Payload storage; read and written only with `Relaxed` atomics inside
-    /// the ring's fences. Every word is 0 until first written (a fresh
-    /// arena holds no record, and a record's last word is zero-padded
-    /// anyway). Allocated once, in full, by [`zeroed_slice`]: the pages are
-    /// reserved at construction and become resident as emits first write
-    /// them, so residency follows use up to the full arena, never beyond
-    /// it.
+    /// Payload storage; read and written only through [`crate::copy`]
+    /// (byte-wise atomic copies) inside the ring's fences. Every word is 0
+    /// until first written (a fresh arena holds no record, and a record's
+    /// last word is zero-padded anyway). Allocated once, in full, by
+    /// [`zeroed_slice`]: the pages are reserved at construction and become
+    /// resident as emits first write them, so residency follows use up to
+    /// the full arena, never beyond it.
     words: Box<[AtomicU64]>,
-    /// `words.len() - 1`.
-    mask: u64,
+    /// `words.len()`, and how a virtual position wraps onto it.
+    wrap: Wrap,
 }
 
 impl Arena {
-    /// An arena of `words` words, a power of two, all 0: allocated in full
+    /// An arena of `words` words (at least 1), all 0: allocated in full
     /// now, resident as written (see [`zeroed_slice`]).
     pub(crate) fn new(words: usize) -> Self {
-        debug_assert!(words.is_power_of_two());
         Self {
             words: zeroed_slice(words, || AtomicU64::new(0)),
-            mask: words as u64 - 1,
+            wrap: Wrap::new(words as u64).unwrap_or_else(|| unreachable!("an arena has words")),
         }
     }
 
     /// Number of words.
     pub(crate) fn len(&self) -> u64 {
-        self.mask + 1
+        self.wrap.len()
     }
 
     /// Stores `payload` at the run starting at virtual position `start`
-    /// (`words_for(payload.len())` words, the last one zero-padded).
-    ///
-    /// Full words are stored by zipping the payload's 8-byte chunks with at
-    /// most two contiguous runs of the arena (up to its end, then from its
-    /// start): a tight loop with no per-word index check, and no panic path.
+    /// (`words_for(payload.len())` words, at most `len()`, the last one
+    /// zero-padded): the arena from `start` to its end, then from its
+    /// beginning. No panic path.
     pub(crate) fn write(&self, start: u64, payload: &[u8]) {
         let (wrapped, from_start) = self.runs_from(start);
-        let mut chunks = payload.chunks_exact(8);
-        for (word, chunk) in from_start.iter().zip(chunks.by_ref()) {
-            word.store(le_word(chunk), Ordering::Relaxed);
-        }
-        for (word, chunk) in wrapped.iter().zip(chunks.by_ref()) {
-            word.store(le_word(chunk), Ordering::Relaxed);
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut word = [0u8; 8];
-            word[..rest.len()].copy_from_slice(rest);
-            let last = start.wrapping_add((payload.len() / 8) as u64);
-            if let Some(slot) = self.words.get((last & self.mask) as usize) {
-                slot.store(u64::from_le_bytes(word), Ordering::Relaxed);
-            }
+        let (first, second) = payload.split_at((from_start.len() * 8).min(payload.len()));
+        crate::copy::store(from_start, first);
+        if !second.is_empty() {
+            crate::copy::store(wrapped, second);
         }
     }
 
@@ -74,7 +61,7 @@ impl Arena {
     /// words from it to the end)`, the two runs a record starting there
     /// occupies, in reverse order.
     fn runs_from(&self, start: u64) -> (&[AtomicU64], &[AtomicU64]) {
-        let physical = (start & self.mask) as usize;
+        let physical = self.wrap.index(start) as usize;
         self.words.split_at(physical.min(self.words.len()))
     }
 
@@ -86,20 +73,10 @@ impl Arena {
         let (wrapped, from_start) = self.runs_from(start);
         let first = &from_start[..count.min(from_start.len())];
         let second = &wrapped[..(count - first.len()).min(wrapped.len())];
-        // Exact-size extends: one allocation, no per-word capacity check;
-        // `into_flattened` reuses it as bytes without a copy.
-        let mut words: Vec<[u8; 8]> = Vec::with_capacity(count);
-        words.extend(
-            first
-                .iter()
-                .map(|w| w.load(Ordering::Relaxed).to_le_bytes()),
-        );
-        words.extend(
-            second
-                .iter()
-                .map(|w| w.load(Ordering::Relaxed).to_le_bytes()),
-        );
-        words.into_flattened()
+        let mut bytes = Vec::with_capacity(count * 8);
+        crate::copy::load(first, &mut bytes);
+        crate::copy::load(second, &mut bytes);
+        bytes
     }
 }
 
@@ -150,11 +127,6 @@ pub(crate) fn zeroed_slice<T>(len: usize, zero: impl Fn() -> T) -> Box<[T]> {
     (0..len).map(|_| zero()).collect()
 }
 
-/// An 8-byte chunk as the little-endian word that stores it.
-fn le_word(chunk: &[u8]) -> u64 {
-    u64::from_le_bytes(chunk.try_into().unwrap_or_default())
-}
-
 /// Words needed for `len` bytes.
 pub(crate) const fn words_for(len: usize) -> u64 {
     (len as u64).div_ceil(8)
@@ -175,6 +147,7 @@ mod tests {
     fn round_trips_bytes_across_the_wrap() {
         let arena = Arena::new(8);
         arena.write(0, &[1; 40]);
+        assert_eq!(arena.len(), 8);
         let payload: Vec<u8> = (0..37).collect();
         arena.write(5, &payload);
         let out = arena.copy_words(5, words_for(payload.len()) as usize);
@@ -186,5 +159,19 @@ mod tests {
         );
         let out = arena.copy_words(13, 3);
         assert_eq!(&out[..24], &payload[..24], "virtual positions wrap");
+    }
+
+    /// An arena of any length wraps at its end: a record written across
+    /// it is read back whole, from any virtual position.
+    #[test]
+    fn round_trips_across_the_wrap_of_a_non_power_of_two_arena() {
+        let arena = Arena::new(13);
+        let payload: Vec<u8> = (0..77).map(|i| i * 3).collect();
+        for start in [0u64, 5, 12, 13, 25, 1_000_003] {
+            arena.write(start, &payload);
+            let out = arena.copy_words(start, words_for(payload.len()) as usize);
+            assert_eq!(&out[..payload.len()], &payload[..], "at {start}");
+            assert!(out[payload.len()..].iter().all(|&b| b == 0));
+        }
     }
 }

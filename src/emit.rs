@@ -46,15 +46,24 @@ const SPINS: u32 = 64;
 const SPINS: u32 = 2;
 
 impl Ring<Shared> {
-    /// Builds a ring, clamping sizes into range (see [`Config`]). Never fails.
+    /// Builds a ring of exactly the configured sizes (see [`Config`]).
+    ///
+    /// # Panics
+    /// If a size is out of range ([`Config::geometry`] says which), as
+    /// `Vec::with_capacity` panics on an impossible capacity; use
+    /// [`Ring::try_new`] for sizes that come from users.
+    #[track_caller]
     pub fn new(config: Config) -> Self {
-        match Self::try_new(config.clamped()) {
+        match Self::try_new(config) {
             Ok(ring) => ring,
-            Err(error) => unreachable!("a clamped config is always valid: {error}"),
+            Err(error) => panic!("Ring::new: {error}"),
         }
     }
 
-    /// Builds a ring, rejecting sizes outside the documented range.
+    /// Builds a ring of exactly the configured sizes (see [`Config`]).
+    ///
+    /// # Errors
+    /// [`ConfigError`] if a size is out of range; nothing is clamped.
     pub fn try_new(config: Config) -> Result<Self, ConfigError> {
         Self::build(config)
     }
@@ -215,7 +224,7 @@ impl Ring<Shared> {
     fn has_room(&self, last: u64, end: u64) -> bool {
         let window = self.geometry.window() as u64;
         let window_words = self.geometry.window_words() as u64;
-        let reserve = self.geometry.reserve_events() as u64;
+        let reserve = self.geometry.reserve_slots() as u64;
         let mut published = self.published.load(Ordering::Acquire);
         loop {
             if published.wrapping_add(window) < last {

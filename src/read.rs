@@ -48,8 +48,8 @@ impl<M: EmitMode> Ring<M> {
     /// Whether record `seq` at `location` is intact under `validation`.
     fn intact(&self, seq: u64, location: Location, validation: Validation) -> bool {
         let claimed = validation.claimed;
-        let reserve_events = self.geometry.reserve_events() as u64;
-        let reserve_words = self.geometry.reserve_words() as u64;
+        let reserve_events = self.geometry.reserve_slots() as u64;
+        let reserve_words = self.geometry.reserve_arena_words() as u64;
         let slot = seq.wrapping_add(self.slots.len()) > claimed.seqs
             || validation.published < seq.wrapping_add(reserve_events);
         let words = location.pos.wrapping_add(self.arena.len()) >= claimed.words
@@ -210,7 +210,7 @@ impl<M: EmitMode> Ring<M> {
         let before = self.claimed_since(opened).ok_or(published)?;
         // Seqs below the claimed seqs' ring and the watermark's reserve are
         // gone; search the rest.
-        let reserve_events = self.geometry.reserve_events() as u64;
+        let reserve_events = self.geometry.reserve_slots() as u64;
         let gone = |v: Validation| {
             (v.claimed.seqs + 1)
                 .saturating_sub(events)

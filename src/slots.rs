@@ -19,6 +19,7 @@
 
 use crate::arena::zeroed_slice;
 use crate::sync::{AtomicU64, Ordering};
+use crate::wrap::Wrap;
 
 /// Words per slot: the stamp, the location's position and length, and one
 /// spare, so that a slot is 32 bytes and, aligned to 32, never straddles a
@@ -60,9 +61,8 @@ impl Location {
 
 /// The index ring.
 pub(crate) struct Slots {
-    /// The slots: `mask + 1` of them (a power of two), [`SLOT_WORDS`] words
-    /// each, from word `first`; all 0 (fresh) until their first seq is
-    /// written.
+    /// The slots: `wrap.len()` of them, [`SLOT_WORDS`] words each, from
+    /// word `first`; all 0 (fresh) until their first seq is written.
     ///
     /// Allocated once, in full, by [`zeroed_slice`], so resident only as
     /// emits first write them (a few pages for a ring holding a few events)
@@ -74,27 +74,21 @@ pub(crate) struct Slots {
     words: Box<[AtomicU64]>,
     /// Index of the slots' first word in `words`: 32-byte aligned.
     first: usize,
-    /// Slots minus one.
-    mask: u64,
-    /// log2 of `(mask + 1) / SPREAD` when spreading, else 0.
-    quarter_shift: u32,
-    /// Whether consecutive seqs are spread over cache lines (rings of at
-    /// least `SPREAD * SPREAD` slots).
-    spread: bool,
+    /// The number of slots, and how a seq wraps onto them.
+    wrap: Wrap,
+    /// A quarter of the slots when consecutive seqs are spread over cache
+    /// lines (a multiple of [`SPREAD`] slots, at least `SPREAD * SPREAD`),
+    /// else 0.
+    quarter: u64,
 }
 
 impl Slots {
-    /// `count` fresh slots; `count` is a power of two, at least 2.
-    /// Allocated in full now, resident as written (see [`zeroed_slice`]).
+    /// `count` fresh slots, `count >= 2`. Allocated in full now, resident
+    /// as written (see [`zeroed_slice`]).
     pub(crate) fn new(count: usize) -> Self {
-        debug_assert!(count.is_power_of_two() && count >= 2);
-        let spread = count >= SPREAD * SPREAD;
-        let quarter_shift = if spread {
-            (count / SPREAD).trailing_zeros()
-        } else {
-            0
-        };
-        let words = zeroed_slice(count * SLOT_WORDS + SLOT_WORDS - 1, || AtomicU64::new(0));
+        debug_assert!(count >= 2);
+        let spread = count % SPREAD == 0 && count >= SPREAD * SPREAD;
+        let words = zeroed_slice(Self::allocation_words(count), || AtomicU64::new(0));
         // The first word on a slot boundary. Under loom, whose atomics are
         // not single words, any start will do (0 if none is aligned): the
         // layout matters only to the cache there is no model of.
@@ -108,32 +102,43 @@ impl Slots {
         Self {
             words,
             first,
-            mask: count as u64 - 1,
-            quarter_shift,
-            spread,
+            wrap: Wrap::new(count as u64).unwrap_or_else(|| unreachable!("count >= 2")),
+            quarter: if spread { (count / SPREAD) as u64 } else { 0 },
         }
+    }
+
+    /// Words allocated for `count` slots: theirs plus up to
+    /// `SLOT_WORDS - 1` to align the first.
+    fn allocation_words(count: usize) -> usize {
+        count * SLOT_WORDS + SLOT_WORDS - 1
+    }
+
+    /// Bytes allocated for `count` slots.
+    pub(crate) fn allocation_bytes(count: usize) -> usize {
+        Self::allocation_words(count) * 8
     }
 
     /// Number of slots.
     pub(crate) fn len(&self) -> u64 {
-        self.mask + 1
+        self.wrap.len()
     }
 
-    /// The slot index of `seq`: `seq mod len`, with the two low bits moved
-    /// to the top so that seqs `s` and `s + 1` are a quarter of the ring
-    /// apart, never on the same cache line.
+    /// The slot index of `seq`: `seq mod len`, and when spreading, its two
+    /// low bits moved to the top (`i mod 4` quarters, `i / 4` within one),
+    /// so that seqs `s` and `s + 1` are a quarter of the ring apart, never
+    /// on the same cache line.
     fn index(&self, seq: u64) -> usize {
-        let i = seq & self.mask;
-        let i = if self.spread {
-            (i & (SPREAD as u64 - 1)) << self.quarter_shift | i >> SPREAD.trailing_zeros()
+        let i = self.wrap.index(seq);
+        let i = if self.quarter != 0 {
+            (i % SPREAD as u64) * self.quarter + i / SPREAD as u64
         } else {
             i
         };
         i as usize
     }
 
-    /// `seq`'s slot. Always `Some` (`index` is below the power-of-two
-    /// length); an `Option` so that no bounds-check panic exists in the
+    /// `seq`'s slot. Always `Some` (`index` is below the length); an
+    /// `Option` so that no bounds-check panic exists in the
     /// emit path, where nothing may panic between claim and commit.
     fn slot(&self, seq: u64) -> Option<&Slot> {
         let start = self.first + self.index(seq) * SLOT_WORDS;
@@ -182,7 +187,7 @@ mod tests {
 
     #[test]
     fn fresh_slots_are_all_zero_and_aligned() {
-        for count in [2usize, 4, 1 << 10] {
+        for count in [2usize, 3, 4, 1000, 1 << 10, 1030] {
             let slots = Slots::new(count);
             for seq in 0..count as u64 {
                 let slot = slots.slot(seq).expect("every seq has a slot");
@@ -196,14 +201,14 @@ mod tests {
 
     #[test]
     fn index_is_a_permutation_that_spreads_neighbours() {
-        for count in [2usize, 4, 8, 16, 64, 1024] {
+        for count in [2usize, 3, 4, 8, 16, 20, 21, 64, 1000, 1024, 1030] {
             let slots = Slots::new(count);
             let mut seen = vec![false; count];
             for seq in 0..count as u64 {
                 let i = slots.index(seq);
                 assert!(!seen[i], "index {i} used twice for {count} slots");
                 seen[i] = true;
-                if count >= 16 {
+                if count >= 16 && count % 4 == 0 {
                     let next = slots.index(seq + 1);
                     assert_ne!(i / SPREAD, next / SPREAD, "neighbours share a line");
                 }

@@ -13,6 +13,7 @@
 use crate::config::{Config, ConfigError};
 use crate::ring::Ring;
 use crate::sync::SwapCell;
+use crate::wrap::Wrap;
 use crossbeam_utils::CachePadded;
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
@@ -37,28 +38,56 @@ type Shard<K, V> = CachePadded<SwapCell<Table<K, V>>>;
 /// # Ok::<(), gapless::ConfigError>(())
 /// ```
 pub struct Store<K, V = Ring> {
-    /// A power-of-two number of shards, each an immutable table replaced
-    /// wholesale on every change.
+    /// The shards (as many as asked for, 1..=[`MAX_SHARDS`]), each an
+    /// immutable table replaced wholesale on every change.
     shards: Box<[Shard<K, V>]>,
+    /// How a key's hash picks its shard: the hash modulo the shard count.
+    pick: Wrap,
     /// Keys the shard choice; random per store.
     hasher: RandomState,
 }
 
+/// The most shards a [`Store`] takes.
+pub const MAX_SHARDS: usize = 4096;
+
 impl<K: Hash + Eq + Clone, V> Store<K, V> {
-    /// A store with `shards` shards (rounded up to a power of two, at
-    /// least 1, at most 4096).
+    /// A store with exactly `shards` shards.
+    ///
+    /// # Panics
+    /// If `shards` is 0 or above [`MAX_SHARDS`]; [`Store::try_new`] returns
+    /// that as an error instead.
+    #[track_caller]
     pub fn new(shards: usize) -> Self {
-        let shards = shards.clamp(1, 4096).next_power_of_two();
-        Self {
-            shards: (0..shards)
-                .map(|_| CachePadded::new(SwapCell::new(Arc::new(HashMap::new()))))
-                .collect(),
-            hasher: RandomState::new(),
+        match Self::try_new(shards) {
+            Ok(store) => store,
+            Err(error) => panic!("Store::new: {error}"),
         }
     }
 
+    /// A store with exactly `shards` shards.
+    ///
+    /// # Errors
+    /// [`ConfigError::Shards`] if `shards` is 0 or above [`MAX_SHARDS`].
+    pub fn try_new(shards: usize) -> Result<Self, ConfigError> {
+        let pick = Wrap::new(shards as u64)
+            .filter(|_| shards <= MAX_SHARDS)
+            .ok_or(ConfigError::Shards { requested: shards })?;
+        Ok(Self {
+            shards: (0..shards)
+                .map(|_| CachePadded::new(SwapCell::new(Arc::new(HashMap::new()))))
+                .collect(),
+            pick,
+            hasher: RandomState::new(),
+        })
+    }
+
+    /// The number of shards.
+    pub fn shards(&self) -> usize {
+        self.shards.len()
+    }
+
     fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> &SwapCell<Table<K, V>> {
-        let index = self.hasher.hash_one(key) as usize & (self.shards.len() - 1);
+        let index = self.pick.index(self.hasher.hash_one(key)) as usize;
         &self.shards[index]
     }
 
@@ -69,6 +98,18 @@ impl<K: Hash + Eq + Clone, V> Store<K, V> {
         Q: Hash + Eq + ?Sized,
     {
         self.shard(key).read(|table| table.get(key).cloned())
+    }
+
+    /// The value under `key`, inserting `make()` if there is none. Returns
+    /// the value and whether this call inserted it. `make` runs at most
+    /// once, and only if the key was absent when looked up (if another
+    /// thread inserted the key meanwhile, its value wins and `make`'s is
+    /// dropped).
+    pub fn get_or_insert_with(&self, key: K, make: impl FnOnce() -> V) -> (Arc<V>, bool) {
+        match self.get_or_try_insert_with(key, || Ok::<V, std::convert::Infallible>(make())) {
+            Ok(found) => found,
+            Err(never) => match never {},
+        }
     }
 
     /// The value under `key`, inserting `make()` if there is none. Returns
@@ -203,6 +244,38 @@ mod tests {
         assert!(weak.upgrade().is_some(), "a handle is still out");
         drop(ring);
         assert!(weak.upgrade().is_none(), "freed with the last handle");
+    }
+
+    /// Exactly the shards asked for (not a power of two), and a shard
+    /// count out of range is an error from `try_new`, not a clamp.
+    #[test]
+    fn shard_counts_are_exact_and_checked() {
+        let store: Store<u32, u32> = Store::new(3);
+        assert_eq!(store.shards(), 3);
+        for key in 0..100 {
+            assert!(store.get_or_insert_with(key, || key * 2).1);
+        }
+        assert_eq!(store.len(), 100);
+        assert_eq!(*store.get(&77).unwrap(), 154);
+        assert_eq!(
+            Store::<u32>::try_new(0).err(),
+            Some(ConfigError::Shards { requested: 0 })
+        );
+        assert_eq!(
+            Store::<u32>::try_new(MAX_SHARDS + 1).err(),
+            Some(ConfigError::Shards {
+                requested: MAX_SHARDS + 1
+            })
+        );
+        assert_eq!(Store::<u32>::try_new(MAX_SHARDS).unwrap().shards(), MAX_SHARDS);
+    }
+
+    #[test]
+    fn get_or_insert_with_keeps_the_first_value() {
+        let store: Store<&str, u32> = Store::new(2);
+        assert_eq!(store.get_or_insert_with("k", || 1), (Arc::new(1), true));
+        let (value, inserted) = store.get_or_insert_with("k", || unreachable!("present"));
+        assert_eq!((*value, inserted), (1, false));
     }
 
     #[test]

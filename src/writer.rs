@@ -52,15 +52,24 @@ pub struct Writer {
 }
 
 impl Writer {
-    /// A writer of a new ring, clamping sizes into range. Never fails.
+    /// A writer of a new ring of exactly the configured sizes (see
+    /// [`Config`]).
+    ///
+    /// # Panics
+    /// If a size is out of range ([`Config::geometry`] says which); use
+    /// [`Writer::try_new`] for sizes that come from users.
+    #[track_caller]
     pub fn new(config: Config) -> Self {
-        match Self::try_new(config.clamped()) {
+        match Self::try_new(config) {
             Ok(writer) => writer,
-            Err(error) => unreachable!("a clamped config is always valid: {error}"),
+            Err(error) => panic!("Writer::new: {error}"),
         }
     }
 
-    /// A writer of a new ring, rejecting sizes outside the documented range.
+    /// A writer of a new ring of exactly the configured sizes.
+    ///
+    /// # Errors
+    /// [`ConfigError`] if a size is out of range; nothing is clamped.
     pub fn try_new(config: Config) -> Result<Self, ConfigError> {
         let ring = Ring::build(config)?;
         Ok(Self {
