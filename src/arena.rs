@@ -48,6 +48,7 @@ impl Arena {
     /// (`words_for(payload.len())` words, at most `len()`, the last one
     /// zero-padded): the arena from `start` to its end, then from its
     /// beginning. No panic path.
+    #[inline]
     pub(crate) fn write(&self, start: u64, payload: &[u8]) {
         let (wrapped, from_start) = self.runs_from(start);
         let (first, second) = payload.split_at((from_start.len() * 8).min(payload.len()));

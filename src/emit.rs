@@ -114,8 +114,7 @@ impl Ring<Shared> {
         // The claim (and the wait's reads) before any store that could
         // overwrite a record: readers that see such a store see the claim.
         fence(Ordering::Release);
-        self.write_record(seq, claimed.words, payload);
-        self.slots.commit(seq);
+        self.write_committed(seq, claimed.words, payload);
         self.publish(seq, seq);
         Ok(seq)
     }
@@ -188,6 +187,7 @@ impl Ring<Shared> {
     /// the watermark is at least `last - window` and the published records
     /// end at least at `end - window_words`. `seen` (read after the claim)
     /// answers the common case without another load.
+    #[inline]
     fn wait_for_room(&self, last: u64, end: u64, seen: Opened) {
         let window = self.geometry.window() as u64;
         let window_words = self.geometry.window_words() as u64;
@@ -196,6 +196,14 @@ impl Ring<Shared> {
         {
             return;
         }
+        self.wait_for_room_slow(last, end);
+    }
+
+    /// [`Ring::wait_for_room`] past its first check: out of line, so the
+    /// common emit stays small.
+    #[cold]
+    #[inline(never)]
+    fn wait_for_room_slow(&self, last: u64, end: u64) {
         if self.has_room(last, end) {
             return;
         }

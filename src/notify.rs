@@ -45,10 +45,18 @@ impl Notifier {
     /// `SeqCst` read-modify-write, or stored it and issued `fence(SeqCst)`.
     /// (Under loom the shared emitter adds the fence its `SeqCst` accesses
     /// stand for before calling this; see `sync::seq_cst_access_fence`.)
+    #[inline]
     pub(crate) fn advanced(&self) {
-        if self.waiters.load(Ordering::SeqCst) == 0 {
-            return;
+        if self.waiters.load(Ordering::SeqCst) != 0 {
+            self.wake_all();
         }
+    }
+
+    /// Wakes every registered waiter: [`Notifier::advanced`] once it found
+    /// one, out of line.
+    #[cold]
+    #[inline(never)]
+    fn wake_all(&self) {
         let wakers = {
             let mut waiting = lock(&self.waiting);
             waiting.generation = waiting.generation.wrapping_add(1);

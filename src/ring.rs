@@ -219,6 +219,20 @@ impl<M: EmitMode> Ring<M> {
         );
     }
 
+    /// [`Ring::write_record`] and then the stamp that commits `seq`, under
+    /// the same contract: the single shared emit.
+    #[inline]
+    pub(crate) fn write_committed(&self, seq: u64, pos: u64, payload: &[u8]) {
+        self.arena.write(pos, payload);
+        self.slots.set_location_and_commit(
+            seq,
+            Location {
+                pos,
+                len: payload.len() as u64,
+            },
+        );
+    }
+
     pub(crate) fn notifier(&self) -> &Notifier {
         &self.notifier
     }

@@ -155,6 +155,17 @@ impl Slots {
         }
     }
 
+    /// [`Slots::set_location`] then [`Slots::commit`], with one lookup of
+    /// the slot: the single emit's path.
+    #[inline]
+    pub(crate) fn set_location_and_commit(&self, seq: u64, location: Location) {
+        if let Some([stamp, pos, len, _]) = self.slot(seq) {
+            pos.store(location.pos, Ordering::Relaxed);
+            len.store(location.len, Ordering::Relaxed);
+            stamp.store(seq, Ordering::Release);
+        }
+    }
+
     /// Marks `seq` committed: its payload and location are in place.
     pub(crate) fn commit(&self, seq: u64) {
         if let Some([stamp, ..]) = self.slot(seq) {
