@@ -19,27 +19,51 @@ use crossbeam_queue::ArrayQueue;
 use gapless::{Config, Ring, Writer};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Barrier, Mutex};
+use std::sync::{Barrier, Mutex, PoisonError};
 use std::time::{Duration, Instant};
+
+/// Samples criterion takes per benchmark. Criterion calls a routine once
+/// per sample after its warm-up calls, so the last `SAMPLE_SIZE` batches a
+/// bench function times are the samples its median comes from.
+pub const SAMPLE_SIZE: usize = 20;
 
 /// Short runs: the whole `cargo bench` stays within a few minutes.
 pub fn criterion() -> Criterion {
     Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(2))
-        .sample_size(20)
+        .sample_size(SAMPLE_SIZE)
         .noise_threshold(0.05)
 }
 
 /// The server's default ring: 4096 events, 4 MiB of payload.
 pub const SERVER_EVENTS: usize = 4096;
 /// The server's default ring: 4096 events, 4 MiB of payload (gapless's
-/// `bytes`, whose arena is twice that with the reserve; the peers' byte
-/// bound). At the payload sizes benched, 4096 events bind first.
+/// `bytes`, the peers' byte bound).
 pub const SERVER_BYTES: usize = 4 << 20;
 
+/// Events of the rings the emit benches compare (issue 19's sizing).
+pub const EMIT_EVENTS: usize = 4096;
+/// Bytes allowed per event on top of its payload when a ring is sized to
+/// hold every event it retains ([`room_for`]): more than a record's
+/// header and padding.
+pub const RECORD_ROOM: usize = 64;
+
+/// The `bytes` of a ring of `events` events with room for every one of
+/// them at `len` bytes of payload: `events × (len + RECORD_ROOM)`. The
+/// peers get the same byte bound, which they then never reach.
+pub fn room_for(events: usize, len: usize) -> usize {
+    events * (len + RECORD_ROOM)
+}
+
 /// Payload sizes of the single-emitter scenario, with their labels.
-pub const PAYLOADS: [(usize, &str); 3] = [(64, "64B"), (256, "256B"), (1024, "1KiB")];
+pub const PAYLOADS: [(usize, &str); 5] = [
+    (64, "64B"),
+    (256, "256B"),
+    (1024, "1KiB"),
+    (4096, "4KiB"),
+    (16384, "16KiB"),
+];
 
 /// A payload of `len` bytes that is not all one value.
 pub fn payload(len: usize) -> Vec<u8> {
@@ -59,13 +83,12 @@ impl Emit for Ring {
     }
 }
 
-/// gapless with the given capacities: `events` events, payloads of up to
-/// `bytes` bytes (an arena of twice that).
+/// gapless configured with `events(events).bytes(bytes)`.
 pub fn gapless(events: usize, bytes: usize) -> Ring {
     Ring::new(Config::default().events(events).bytes(bytes))
 }
 
-/// gapless's single-writer mode with the same capacities as [`gapless`].
+/// gapless's single-writer mode, configured like [`gapless`].
 pub fn writer(events: usize, bytes: usize) -> Writer {
     Writer::new(Config::default().events(events).bytes(bytes))
 }
@@ -258,82 +281,199 @@ impl Emit for Queue {
     }
 }
 
-/// The ceiling: an unsynchronized single-threaded ring with the same index
-/// and byte bounds, `&mut self`, one `memcpy` per emit.
+/// The plain memcpy ring (`unsync_ceiling`): an unsynchronized
+/// single-threaded ring, `&mut self`, one `memcpy` per emit (two at the
+/// arena's end), with an arena of exactly the byte size it is given and an
+/// index of `(position, len)` per retained event. What an emit costs with
+/// no synchronization at all, at the same memory footprint as the ring it
+/// is compared with.
 pub struct Unsync {
     arena: Vec<u8>,
-    byte_mask: usize,
-    /// `(position, len)` per retained seq, at `seq & event_mask`.
+    /// `(position, len)` per retained event, the newest at `slot - 1`.
     index: Vec<(u64, u32)>,
-    event_mask: u64,
+    /// The index entry the next emit fills.
+    slot: usize,
+    /// The arena position the next payload starts at.
+    tail: usize,
+    /// The newest seq.
     head: u64,
-    tail: u64,
 }
 
 impl Unsync {
-    /// `events` and `bytes` are powers of two.
+    /// An empty ring of `events` index entries and a `bytes`-byte arena
+    /// (both at least 1; any size, not only powers of two).
     pub fn new(events: usize, bytes: usize) -> Self {
-        assert!(events.is_power_of_two() && bytes.is_power_of_two());
+        assert!(events > 0 && bytes > 0, "an empty ring holds nothing");
         Self {
             arena: vec![0; bytes],
-            byte_mask: bytes - 1,
             index: vec![(0, 0); events],
-            event_mask: events as u64 - 1,
-            head: 0,
+            slot: 0,
             tail: 0,
+            head: 0,
         }
     }
 
-    /// Appends a copy of `payload` (at most the arena's size) and returns
-    /// its seq.
+    /// Appends a copy of `payload` (at most the arena's size and
+    /// `u32::MAX` bytes) and returns its seq.
     pub fn emit(&mut self, payload: &[u8]) -> u64 {
-        self.head += 1;
-        let start = self.tail as usize & self.byte_mask;
-        let first = payload.len().min(self.arena.len() - start);
+        let size = self.arena.len();
+        let start = self.tail;
+        let first = payload.len().min(size - start);
         self.arena[start..start + first].copy_from_slice(&payload[..first]);
         self.arena[..payload.len() - first].copy_from_slice(&payload[first..]);
-        self.index[(self.head & self.event_mask) as usize] = (self.tail, payload.len() as u32);
-        self.tail += payload.len() as u64;
+        self.index[self.slot] = (start as u64, payload.len() as u32);
+        self.slot += 1;
+        if self.slot == self.index.len() {
+            self.slot = 0;
+        }
+        self.tail += payload.len();
+        if self.tail >= size {
+            self.tail -= size;
+        }
+        self.head += 1;
         self.head
+    }
+}
+
+/// What one timed batch of several emitters took: its emits, its wall time
+/// and the CPU time its emitter threads spent in their emit loops (`None`
+/// where a thread's CPU clock is unavailable).
+#[derive(Clone, Copy, Debug)]
+pub struct Batch {
+    /// Emits in the batch, all threads together.
+    pub emits: u64,
+    /// Nanoseconds from the release of the emitters to the last one's finish.
+    pub wall_ns: u64,
+    /// Nanoseconds the emitter threads were on a CPU in their emit loops,
+    /// summed over the threads.
+    pub cpu_ns: Option<u64>,
+}
+
+/// The clocks of every batch one multi-emitter bench function timed, so
+/// that CPU time per emit can be reported beside the wall time criterion
+/// reports. Recorded once per batch, after the clock stops.
+///
+/// On a machine with fewer cores than threads, wall time includes the time
+/// emitters wait for a core; CPU time does not, so it shows what the
+/// protocol itself costs (CPU time ÷ wall time is the number of cores the
+/// emitters kept busy). A thread asleep on a lock is off-CPU too: for
+/// `Mutex<VecDeque>` the CPU figure leaves out lock waits that end in a
+/// sleep (std's mutex spins briefly first, which counts).
+#[derive(Debug, Default)]
+pub struct Clocks {
+    batches: Mutex<Vec<Batch>>,
+}
+
+impl Clocks {
+    /// Records one timed batch.
+    pub fn record(&self, batch: Batch) {
+        self.batches
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(batch);
+    }
+
+    /// The line the emit bench prints per multi-emitter function (`None`
+    /// if the function never ran): the median wall and CPU nanoseconds per
+    /// emit over the last [`SAMPLE_SIZE`] batches (criterion's samples;
+    /// the wall median is the one criterion reports), the range of the
+    /// per-batch CPU figures, and the number of emitter threads:
+    ///
+    /// `per emit over the last 20 batches, median: wall 14.213 ns, cpu
+    /// 25.101 ns; cpu range 20.001 to 30.100 ns; 2 emitters` (one line), or
+    /// `…: wall 14.213 ns, cpu unavailable; 2 emitters` without a CPU clock.
+    pub fn line(&self, threads: usize) -> Option<String> {
+        let batches = self.batches.lock().unwrap_or_else(PoisonError::into_inner);
+        let samples = &batches[batches.len().saturating_sub(SAMPLE_SIZE)..];
+        let per_emit = |ns: u64, emits: u64| ns as f64 / emits.max(1) as f64;
+        let wall: Vec<f64> = samples
+            .iter()
+            .map(|batch| per_emit(batch.wall_ns, batch.emits))
+            .collect();
+        let cpu: Option<Vec<f64>> = samples
+            .iter()
+            .map(|batch| batch.cpu_ns.map(|ns| per_emit(ns, batch.emits)))
+            .collect();
+        let wall = median(wall)?;
+        let cpu = match cpu.and_then(|cpu| {
+            let low = cpu.iter().copied().fold(f64::INFINITY, f64::min);
+            let high = cpu.iter().copied().fold(0.0, f64::max);
+            median(cpu).map(|mid| (mid, low, high))
+        }) {
+            Some((mid, low, high)) => {
+                format!("cpu {mid:.3} ns; cpu range {low:.3} to {high:.3} ns")
+            }
+            None => "cpu unavailable".to_owned(),
+        };
+        Some(format!(
+            "per emit over the last {} batches, median: wall {wall:.3} ns, {cpu}; {threads} emitters",
+            samples.len()
+        ))
+    }
+}
+
+/// The median of `values` (the mean of the middle two for an even count,
+/// as criterion computes it), or `None` if there are none.
+pub fn median(mut values: Vec<f64>) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    match values.len() {
+        0 => None,
+        n if n % 2 == 1 => Some(values[mid]),
+        _ => Some((values[mid - 1] + values[mid]) / 2.0),
     }
 }
 
 /// Runs `threads` threads that together call `emit` `iters` times, released
 /// at once by a barrier; returns the wall time from release to the last
-/// thread's finish. Each thread counts its refused emits locally; the batch
-/// is added to `lost` after the clock stops.
+/// thread's finish. Each thread counts its refused emits and reads its own
+/// CPU clock around its emit loop; after the clock stops the batch is added
+/// to `lost` and recorded in `clocks`.
 pub fn timed_emitters<E: Emit>(
     target: &E,
     payload: &[u8],
     threads: usize,
     iters: u64,
     lost: &Lost,
+    clocks: &Clocks,
 ) -> Duration {
     let barrier = Barrier::new(threads + 1);
-    let (elapsed, refused) = std::thread::scope(|s| {
+    let (elapsed, refused, cpu_ns) = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads as u64)
             .map(|t| {
                 let share = iters / threads as u64 + u64::from(t < iters % threads as u64);
                 let barrier = &barrier;
                 s.spawn(move || {
                     barrier.wait();
+                    let cpu_before = thread_cpu_ns();
                     let mut refused = 0u64;
                     for _ in 0..share {
                         refused += u64::from(!target.emit(std::hint::black_box(payload)));
                     }
-                    refused
+                    let cpu = cpu_before
+                        .zip(thread_cpu_ns())
+                        .map(|(before, after)| after.saturating_sub(before));
+                    (refused, cpu)
                 })
             })
             .collect();
         barrier.wait();
         let start = Instant::now();
-        let refused: u64 = handles
-            .into_iter()
-            .map(|handle| handle.join().expect("emitter panicked"))
-            .sum();
-        (start.elapsed(), refused)
+        let mut refused = 0u64;
+        let mut cpu_ns = Some(0u64);
+        for handle in handles {
+            let (thread_refused, thread_cpu) = handle.join().expect("emitter panicked");
+            refused += thread_refused;
+            cpu_ns = cpu_ns.zip(thread_cpu).map(|(sum, ns)| sum + ns);
+        }
+        (start.elapsed(), refused, cpu_ns)
     });
     lost.add(iters, refused);
+    clocks.record(Batch {
+        emits: iters,
+        wall_ns: u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX),
+        cpu_ns,
+    });
     elapsed
 }
 
