@@ -136,11 +136,7 @@ pub(crate) mod vector {
         // are distinct allocations. Every byte in `len .. len + bytes` is
         // written by the copy before `set_len` exposes it.
         unsafe {
-            copy_bytes(
-                out.as_mut_ptr().add(len),
-                src.as_ptr().cast(),
-                bytes,
-            );
+            copy_bytes(out.as_mut_ptr().add(len), src.as_ptr().cast(), bytes);
             out.set_len(len + bytes);
         }
     }
@@ -253,7 +249,11 @@ mod tests {
             for (s, store_fn) in stores.iter().enumerate() {
                 let dst = words(n + 1);
                 store_fn(&dst[..n], &src);
-                assert_eq!(dst[n].load(Ordering::Relaxed), u64::MAX, "store {s} ran past");
+                assert_eq!(
+                    dst[n].load(Ordering::Relaxed),
+                    u64::MAX,
+                    "store {s} ran past"
+                );
                 for (l, load_fn) in loads.iter().enumerate() {
                     let mut out = vec![9u8];
                     load_fn(&dst[..n], &mut out);

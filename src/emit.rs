@@ -86,10 +86,17 @@ impl Ring<Shared> {
     }
 
     /// [`Ring::emit`] that runs `hook(seq)` between the claim and the
-    /// commit, to stall an emitter deterministically in tests. Not part of
-    /// the API. A panicking hook does not break the window: the event is
-    /// committed and published, then the panic resumes.
-    #[doc(hidden)]
+    /// commit, to stall an emitter deterministically in tests (a reader
+    /// racing a stalled emitter, the wrap wait, the retention reserve). A
+    /// panicking hook does not break the window: the event is committed
+    /// and published, then the panic resumes.
+    ///
+    /// Only with the `test-hooks` feature, which is for tests and not
+    /// covered by semver.
+    ///
+    /// # Errors
+    /// As [`Ring::emit`]; the hook does not run for a refused payload.
+    #[cfg(feature = "test-hooks")]
     pub fn emit_with_hook(&self, payload: &[u8], hook: impl FnOnce(u64)) -> Result<u64, EmitError> {
         let mut panic = None;
         let seq = self.emit_inner(payload, |seq| {

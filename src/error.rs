@@ -1,6 +1,22 @@
-//! What the ring reports instead of a silent skip.
+//! Every error and refusal the engine returns, in one place: what a ring
+//! reports instead of a silent skip ([`ReplayError`], [`Coverage`],
+//! [`Gap`]), what an emit or a read can fail with, and why a
+//! configuration or a wire form is rejected.
+//!
+//! The common ones are re-exported at the crate root.
+//!
+//! [`ReplayError`], [`Coverage`] and [`Gap`] are deliberately *not*
+//! `#[non_exhaustive]`: they are the answer to "can this client resume?",
+//! and a new kind of answer should break a `match` that handles every case
+//! rather than fall into a wildcard that skips events. The other errors are
+//! `#[non_exhaustive]`: a new failure mode is a new variant.
 
 use std::fmt;
+
+pub use crate::config::ConfigError;
+pub use crate::event_id::ParseEventIdError;
+pub use crate::session::ParseTicketError;
+pub use crate::sse::SseError;
 
 /// Events a cursor needs that the ring no longer holds.
 ///
@@ -90,6 +106,7 @@ impl Coverage {
 
 /// Why [`Ring::emit`](crate::Ring::emit) did not store an event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum EmitError {
     /// The payload is larger than the ring can hold. No seq was consumed.
     TooLarge {
@@ -99,7 +116,7 @@ pub enum EmitError {
         max: usize,
     },
     /// A batch larger than the ring's window, in events or in bytes, or
-    /// than [`MAX_BATCH`](crate::MAX_BATCH). Nothing was emitted.
+    /// than [`MAX_BATCH`](crate::config::MAX_BATCH). Nothing was emitted.
     BatchTooLarge {
         /// Events in the batch.
         events: usize,
@@ -136,6 +153,7 @@ impl std::error::Error for EmitError {}
 
 /// Why [`Ring::read`](crate::Ring::read) returned no event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ReadError {
     /// Seq 0 names no event ("nothing yet").
     Zero,

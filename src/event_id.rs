@@ -19,7 +19,7 @@ pub const MAX_EVENT_ID_LEN: usize = 16 + 1 + 20;
 /// assert_eq!(id, EventId { epoch: 0x00c0_ffee_1234_5678, seq: 42 });
 /// assert_eq!(id.to_string(), "00c0ffee12345678-42");
 /// assert!("00C0FFEE12345678-42".parse::<EventId>().is_err());
-/// # Ok::<(), gapless::ParseEventIdError>(())
+/// # Ok::<(), gapless::error::ParseEventIdError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct EventId {
@@ -37,6 +37,7 @@ impl fmt::Display for EventId {
 
 /// Why a string is not an [`EventId`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ParseEventIdError {
     /// Longer than [`MAX_EVENT_ID_LEN`] bytes.
     TooLong {

@@ -133,7 +133,7 @@
 //! within the fields' ranges of the references: fewer than 2^24 seqs and
 //! 2^40 words claimed beyond the reader's first read of the watermark, which
 //! the second read guarantees up to a ring plus what emitters parked at the
-//! wrap hold (each at most one emit or one batch of [`MAX_BATCH`] events).
+//! wrap hold (each at most one emit or one batch of [`MAX_BATCH`](config::MAX_BATCH) events).
 //! That is unreachable in practice: it takes millions of parked emitters,
 //! or thousands each parked with a multi-GiB payload.
 //!
@@ -159,15 +159,15 @@
 
 mod arena;
 mod claim;
-mod config;
+pub mod config;
 // The bulk payload copy in inline assembly: the crate's only `unsafe`.
 #[allow(unsafe_code)]
 mod copy;
 mod emit;
 mod epoch;
-mod error;
+pub mod error;
 mod event;
-mod event_id;
+pub mod event_id;
 mod follower;
 mod notify;
 mod read;
@@ -181,15 +181,11 @@ mod writer;
 pub mod session;
 pub mod sse;
 
-pub use config::{
-    Config, ConfigError, Geometry, BYTES_PER_EVENT, MAX_BYTES, MAX_EVENTS, MAX_START, MIN_BYTES,
-    MIN_EVENTS,
-};
-pub use emit::MAX_BATCH;
-pub use error::{Coverage, EmitError, Gap, ReadError, ReplayError};
+pub use config::{Config, Geometry};
+pub use error::{ConfigError, Coverage, EmitError, Gap, ReadError, ReplayError};
 pub use event::Event;
-pub use event_id::{EventId, ParseEventIdError, MAX_EVENT_ID_LEN};
+pub use event_id::EventId;
 pub use follower::Follower;
 pub use ring::{EmitMode, Ring, Shared, SingleWriter, Stats};
-pub use store::{Store, MAX_SHARDS};
+pub use store::Store;
 pub use writer::Writer;

@@ -105,6 +105,7 @@ pub(crate) struct WaitCounters {
 
 /// Counters describing a ring's life so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Stats {
     /// Seqs handed out to emitters (published or still being written).
     pub claimed: u64,

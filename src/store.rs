@@ -267,7 +267,10 @@ mod tests {
                 requested: MAX_SHARDS + 1
             })
         );
-        assert_eq!(Store::<u32>::try_new(MAX_SHARDS).unwrap().shards(), MAX_SHARDS);
+        assert_eq!(
+            Store::<u32>::try_new(MAX_SHARDS).unwrap().shards(),
+            MAX_SHARDS
+        );
     }
 
     #[test]

@@ -6,7 +6,9 @@
 mod common;
 
 use common::{event_ids, CASES, MANY_CASES};
-use gapless::{EventId, ParseEventIdError, MAX_EVENT_ID_LEN};
+use gapless::error::ParseEventIdError;
+use gapless::event_id::MAX_EVENT_ID_LEN;
+use gapless::EventId;
 use proptest::prelude::*;
 use proptest::sample::Index;
 

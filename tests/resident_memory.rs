@@ -121,14 +121,16 @@ fn idle_rings_are_resident_in_proportion_to_use_and_a_full_ring_never_grows() {
         .iter()
         .all(|ring| ring.published() == IDLE_EVENTS as u64));
 
-    // One ring filled far past its capacity: three arenas' worth of
-    // payloads, wrapping the slots several times.
+    // One ring filled far past its capacity: at least three arenas' worth
+    // of payloads, and enough events to wrap the slots four times.
     let before = resident(page);
     let ring = Ring::new(server_default());
     let footprint = ring.geometry().footprint();
     let payload: Vec<u8> = (0..1000).map(|i| (i * 13 + 1) as u8).collect();
     let mut emitted = 0;
-    while emitted < 3 * ring.geometry().arena_bytes() {
+    while emitted < 3 * ring.geometry().arena_bytes()
+        || ring.stats().evicted <= 4 * ring.geometry().events() as u64
+    {
         ring.emit(&payload).expect("a 1000-byte payload fits");
         emitted += payload.len();
     }

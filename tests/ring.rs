@@ -92,12 +92,14 @@ fn eviction_by_event_count_is_a_gap_with_consistent_figures() {
 
 #[test]
 fn eviction_by_bytes_is_exact_to_the_word() {
-    // 512 bytes asked: a 1 KiB arena of 128 words (half of it the reserve).
-    let ring = Ring::new(Config::default().events(64).bytes(512));
-    assert_eq!(ring.geometry().arena_bytes(), 1024);
-    for i in 0..16u8 {
-        ring.emit(&[i; 64]).unwrap(); // 8 words each: the arena is full
+    // 1000 bytes asked: an arena of exactly 125 words (half of it the
+    // reserve), not a power of two.
+    let ring = Ring::new(Config::default().events(64).bytes(1000));
+    assert_eq!(ring.geometry().arena_bytes(), 1000);
+    for i in 0..15u8 {
+        ring.emit(&[i; 64]).unwrap(); // 8 words each: 120 of 125 words
     }
+    ring.emit(&[15; 40]).unwrap(); // 5 words: the arena is full
     assert!(ring.coverage(0).is_covered());
     ring.emit(&[9; 8]).unwrap(); // one word over: seq 1 is overwritten
     match ring.replay_after(0) {
@@ -114,7 +116,7 @@ fn eviction_by_bytes_is_exact_to_the_word() {
 fn a_payload_larger_than_the_ring_is_an_error_and_consumes_no_seq() {
     let ring = Ring::new(Config::default().events(4).bytes(256));
     let max = ring.max_payload();
-    assert_eq!(max, 256, "bytes(n) takes a payload of n bytes");
+    assert_eq!(max, 128, "the largest payload is half of bytes(n)");
     assert_eq!(
         ring.emit(&vec![0; max + 1]),
         Err(EmitError::TooLarge { len: max + 1, max })
@@ -178,7 +180,7 @@ fn epochs_are_random_non_zero_and_can_be_fixed() {
 }
 
 #[test]
-fn try_new_rejects_what_new_clamps() {
+fn try_new_rejects_out_of_range_sizes_and_nothing_is_clamped() {
     assert!(matches!(
         Ring::try_new(Config::default().events(0)),
         Err(ConfigError::Events { requested: 0 })
@@ -187,10 +189,31 @@ fn try_new_rejects_what_new_clamps() {
         Ring::try_new(Config::default().bytes(0)),
         Err(ConfigError::Bytes { requested: 0 })
     ));
-    let clamped = Ring::new(Config::default().events(0).bytes(0));
-    assert_eq!(clamped.geometry().events(), gapless::MIN_EVENTS);
-    assert_eq!(clamped.geometry().max_payload(), gapless::MIN_BYTES);
-    assert_eq!(clamped.emit(b"still works"), Ok(1));
+    assert!(matches!(
+        gapless::Writer::try_new(Config::default().events(gapless::config::MAX_EVENTS + 1)),
+        Err(ConfigError::Events { .. })
+    ));
+    let smallest = Ring::new(
+        Config::default()
+            .events(gapless::config::MIN_EVENTS)
+            .bytes(gapless::config::MIN_BYTES),
+    );
+    assert_eq!(smallest.geometry().events(), gapless::config::MIN_EVENTS);
+    assert_eq!(smallest.geometry().bytes(), gapless::config::MIN_BYTES);
+    assert_eq!(smallest.max_payload(), gapless::config::MIN_BYTES / 2);
+    assert_eq!(smallest.emit(b"fits"), Ok(1));
+}
+
+#[test]
+#[should_panic(expected = "Ring::new: a ring retains between")]
+fn new_panics_on_an_out_of_range_size() {
+    let _ = Ring::new(Config::default().events(0));
+}
+
+#[test]
+#[should_panic(expected = "Writer::new: a ring's payload memory is between")]
+fn writer_new_panics_on_an_out_of_range_size() {
+    let _ = gapless::Writer::new(Config::default().bytes(1));
 }
 
 #[test]
@@ -333,7 +356,10 @@ fn rings_stores_and_followers_cross_threads() {
 fn replays_within_the_reserve_succeed_while_an_emitter_is_stalled() {
     let ring = Arc::new(Ring::new(Config::default().events(8).bytes(1024)));
     let g = ring.geometry();
-    assert_eq!((g.events(), g.reserve_events(), g.window()), (8, 4, 4));
+    assert_eq!(
+        (g.events(), g.stalled_retained_events(), g.window()),
+        (8, 4, 4)
+    );
     for i in 1..=8u8 {
         ring.emit(&[i]).unwrap();
     }
@@ -429,7 +455,7 @@ fn a_single_writer_emits_dense_seqs_that_readers_replay() {
 
 #[test]
 fn a_ring_that_starts_after_a_seq_continues_it_and_never_serves_below_it() {
-    for base in [1u64, 41, (1 << 24) - 1, gapless::MAX_START] {
+    for base in [1u64, 41, (1 << 24) - 1, gapless::config::MAX_START] {
         let ring = Ring::new(roomy().start_after(base));
         assert_eq!(ring.published(), base);
         assert_eq!(ring.first_retained(), base + 1);
@@ -461,5 +487,5 @@ fn a_ring_that_starts_after_a_seq_continues_it_and_never_serves_below_it() {
     let mut writer = gapless::Writer::new(Config::default().events(4).start_after(7));
     assert_eq!(writer.emit(b"x").unwrap(), 8);
     assert_eq!(seqs(&writer.ring().replay_after(7).unwrap()), [8]);
-    assert!(Ring::try_new(Config::default().start_after(gapless::MAX_START + 1)).is_err());
+    assert!(Ring::try_new(Config::default().start_after(gapless::config::MAX_START + 1)).is_err());
 }

@@ -131,14 +131,14 @@ proptest! {
         ..ProptestConfig::default()
     })]
 
-    /// Random configs (2..=32 events, 64..=1024 bytes, starting at seq 1
-    /// or after a restored seq) and up to 200 random operations: the ring
-    /// and the model never disagree.
+    /// Random configs (2..=67 events and 64..=1024 bytes, powers of two
+    /// or not; starting at seq 1 or after a restored seq) and up to 200
+    /// random operations: the ring and the model never disagree.
     #[test]
     fn ring_matches_the_btreemap_model(
-        events in prop::sample::select(vec![2usize, 3, 4, 8, 16, 32]),
-        bytes in prop::sample::select(vec![64usize, 100, 128, 256, 1024]),
-        base in prop_oneof![3 => Just(0u64), 1 => 1u64..40, 1 => Just((1u64 << 24) - 3), 1 => Just(gapless::MAX_START - 1000)],
+        events in prop::sample::select(vec![2usize, 3, 4, 5, 7, 8, 13, 16, 20, 32, 67]),
+        bytes in prop::sample::select(vec![64usize, 72, 100, 128, 200, 256, 1000, 1024]),
+        base in prop_oneof![3 => Just(0u64), 1 => 1u64..40, 1 => Just((1u64 << 24) - 3), 1 => Just(gapless::config::MAX_START - 1000)],
         ops in prop::collection::vec(op(), 1..200),
     ) {
         run(events, bytes, base, &ops)?;
@@ -148,10 +148,10 @@ proptest! {
 #[test]
 fn the_model_itself_evicts_by_words_and_by_slots() {
     // Guard against a model that agrees with the ring by never evicting.
-    // bytes(64): a 16-word arena; seventeen 1-word records run one over.
+    // bytes(64): an 8-word arena; nine 1-word records run one over.
     let ring = Ring::new(Config::default().events(64).bytes(64));
     let mut model = Model::new(&ring);
-    for _ in 0..17 {
+    for _ in 0..9 {
         model.emit(&[1; 8]).unwrap();
     }
     assert_eq!(model.evicted_through(), 1);

@@ -180,6 +180,15 @@ fn three_emitters_on_1024_events_lose_nothing() {
 }
 
 #[test]
+fn four_emitters_on_a_non_power_of_two_ring_lose_nothing() {
+    // 61 slots and 3001 bytes (376 words): neither is a power of two, the
+    // slots are not spread, and the arena wraps every ~17 records, so
+    // eviction by bytes, records split at the arena's end and the slot
+    // wrap all happen under four racing emitters and two readers.
+    run(Config::default().events(61).bytes(3001), 4);
+}
+
+#[test]
 fn roomy_ring_readers_keep_up_and_see_every_event_intact() {
     if cfg!(miri) {
         // Miri interprets every word: a ring 64x the small one is enough.

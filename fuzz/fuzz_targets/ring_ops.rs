@@ -134,7 +134,7 @@ fuzz_target!(|input: Input| {
     let bytes = 64 + usize::from(input.bytes % 961);
     let base = match input.base % 4 {
         0 => 0,
-        _ => input.base % (gapless::MAX_START + 1),
+        _ => input.base % (gapless::config::MAX_START + 1),
     };
     let config = Config::default()
         .events(events)

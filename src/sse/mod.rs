@@ -29,6 +29,7 @@ use std::fmt;
 
 /// Why an event could not be framed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum SseError {
     /// The payload is not UTF-8 (an SSE stream is UTF-8 text); the byte
     /// offset of the first invalid byte.

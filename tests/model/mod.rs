@@ -9,7 +9,8 @@
 //! Shared by `tests/ring_model.rs` and the fuzz target `ring_ops`
 //! (`#[path]`-included there), so both check the ring against one model.
 
-use gapless::{Coverage, EmitError, Event, Gap, ReadError, ReplayError, Ring, MAX_BATCH};
+use gapless::config::MAX_BATCH;
+use gapless::{Coverage, EmitError, Event, Gap, ReadError, ReplayError, Ring};
 use std::collections::BTreeMap;
 
 /// The reference: every emitted payload by seq and where it lies.

@@ -19,7 +19,7 @@ use std::str::FromStr;
 pub const STREAM_KEY_LEN: usize = 32;
 
 /// Longest valid event id: a key, a dot and a [`gapless::EventId`].
-pub const MAX_ID_LEN: usize = STREAM_KEY_LEN + 1 + gapless::MAX_EVENT_ID_LEN;
+pub const MAX_ID_LEN: usize = STREAM_KEY_LEN + 1 + gapless::event_id::MAX_EVENT_ID_LEN;
 
 /// A random 128-bit key naming one rmcp stream in event ids; printed as 32
 /// lowercase hex digits.
@@ -96,7 +96,7 @@ pub enum ParseIdError {
     /// The stream key is not 32 lowercase hex digits.
     BadKey,
     /// The part after the dot is not a [`gapless::EventId`].
-    BadEvent(gapless::ParseEventIdError),
+    BadEvent(gapless::error::ParseEventIdError),
 }
 
 impl fmt::Display for ParseIdError {
@@ -159,7 +159,7 @@ impl FromStr for StoreEventId {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gapless::{EventId, ParseEventIdError};
+    use gapless::{error::ParseEventIdError, EventId};
 
     const KEY: &str = "3f0c9a5e1d2b4c6a8e7f90123456789a";
 

@@ -79,7 +79,7 @@ mod tests {
         assert_eq!(decode(b"?"), Record::Lost { bytes: 0 });
         assert_eq!(decode(b"rx"), Record::Lost { bytes: 0 });
         assert!(
-            lost(usize::MAX).len() < gapless::MIN_BYTES,
+            lost(usize::MAX).len() < gapless::config::MIN_BYTES,
             "a placeholder always fits"
         );
     }

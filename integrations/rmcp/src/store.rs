@@ -197,7 +197,7 @@ impl GaplessEventStore {
             Err(EmitError::TooLarge { len, .. }) => match entry.ring.emit(&record::lost(len)) {
                 Ok(seq) => seq,
                 // A placeholder is shorter than the smallest ring's payload
-                // limit (`gapless::MIN_BYTES`).
+                // limit (`gapless::config::MIN_BYTES`).
                 Err(error) => unreachable!("a placeholder always fits: {error}"),
             },
             Err(error) => unreachable!("a single emit is never a batch: {error}"),

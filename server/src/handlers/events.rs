@@ -75,6 +75,9 @@ fn too_large(error: EmitError) -> ApiError {
             len: usize::try_from(bytes).unwrap_or(usize::MAX),
             max: usize::try_from(max_bytes).unwrap_or(usize::MAX),
         },
+        // `EmitError` is non-exhaustive: a failure this server does not
+        // know yet is a server error, named, never a silent drop.
+        other => ApiError::Internal(format!("emit failed: {other}")),
     }
 }
 

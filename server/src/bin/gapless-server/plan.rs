@@ -54,9 +54,11 @@ pub struct Sizing {
 
 /// Sizes a ring for `workload`.
 ///
-/// Events: the gap, rounded up to a power of two. Bytes: each payload takes
-/// whole 8-byte words, and eviction is a block at a time (1/64 of the arena),
-/// so the arena holds the gap's words plus one block, rounded up.
+/// Events: the gap, exactly (a ring retains what its `Config` says). Bytes:
+/// the gap's records, each payload in whole 8-byte words, and at least
+/// twice one record, because the largest payload is half a ring's payload
+/// memory. The ring then costs its `Geometry::footprint`: the gap's events
+/// at 32 bytes each plus those bytes, nothing doubled.
 ///
 /// # Errors
 /// [`PlanError`] for non-positive inputs or a ring beyond the engine's limits.
@@ -70,7 +72,7 @@ pub fn size(workload: &Workload) -> Result<Sizing, PlanError> {
         return Err(PlanError::NotPositive("payload"));
     }
     let gap_events = (workload.rate * workload.outage).ceil().max(1.0);
-    if gap_events > gapless::MAX_EVENTS as f64 {
+    if gap_events > gapless::config::MAX_EVENTS as f64 {
         return Err(PlanError::TooLarge(gapless::ConfigError::Events {
             requested: gap_events as usize,
         }));
@@ -78,13 +80,9 @@ pub fn size(workload: &Workload) -> Result<Sizing, PlanError> {
     let gap_events = gap_events as u64;
     let word_bytes = workload.payload.div_ceil(8) * 8;
     let gap_bytes = (gap_events as usize).saturating_mul(word_bytes);
-    // With 64 blocks, a block is 1/64 of the arena: gap + block <= arena
-    // holds when the arena is at least gap * 64 / 63.
     let ring_bytes = gap_bytes
-        .saturating_mul(64)
-        .div_ceil(63)
-        .max(word_bytes * 64 / 63 + 8)
-        .max(gapless::MIN_BYTES);
+        .max(2 * word_bytes)
+        .max(gapless::config::MIN_BYTES);
     let config = Config::default()
         .events(gap_events as usize)
         .bytes(ring_bytes);
@@ -314,6 +312,15 @@ mod tests {
                 sessions: 10,
             };
             let sizing = size(&workload).unwrap();
+            // What was planned is what the ring costs: the gap's events and
+            // records, nothing rounded up to a power of two or doubled.
+            assert_eq!(sizing.ring_events as u64, sizing.gap_events);
+            let records = sizing.gap_events as usize * payload.div_ceil(8) * 8;
+            assert_eq!(sizing.ring_bytes, records.max(2 * payload.div_ceil(8) * 8));
+            assert_eq!(
+                sizing.geometry.footprint(),
+                sizing.ring_events * gapless::config::BYTES_PER_EVENT + sizing.ring_bytes + 24
+            );
             let ring = Ring::new(
                 Config::default()
                     .events(sizing.ring_events)

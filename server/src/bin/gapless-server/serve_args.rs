@@ -20,7 +20,9 @@ pub struct ServeArgs {
     /// Events retained per session.
     #[arg(long, env = "GAPLESS_RING_EVENTS", default_value_t = 4096)]
     ring_events: usize,
-    /// Payload bytes retained per session.
+    /// Payload memory per session's ring, in bytes: what a full ring holds
+    /// and costs (with 32 bytes per event of --ring-events). The largest
+    /// event is half of it.
     #[arg(long, env = "GAPLESS_RING_BYTES", default_value_t = 4 << 20)]
     ring_bytes: usize,
     /// Refuse upgrades whose cursor differs from the acked cursor.
