@@ -21,9 +21,10 @@ use std::sync::{Arc, Mutex};
 /// `Ring::try_new` (no clamping) and a fixed epoch, so every loom execution
 /// builds the same ring.
 ///
-/// `tiny_ring(2, 64)` is the smallest ring there is: 2 slots (a window of
-/// one seq ahead of the watermark, a reserve of one), 16 arena words (a
-/// window of 8 words, a 64-byte payload limit, a reserve of 8 words).
+/// `tiny_ring(2, 128)`: 2 slots (a window of one seq ahead of the
+/// watermark, a reserve of one), 16 arena words (a window of 8 words, a
+/// 64-byte payload limit, a reserve of 8 words). Sizes are taken as they
+/// are: `tiny_ring(3, 88)` has 3 slots and 11 words.
 pub fn tiny_ring(events: usize, bytes: usize) -> Ring {
     let config = Config::default()
         .events(events)

@@ -27,7 +27,7 @@ fn a_reader_overtaken_by_the_seq_range_reports_a_gap() {
     let mut builder = loom::model::Builder::new();
     builder.preemption_bound = Some(2);
     builder.check(move || {
-        let ring = Arc::new(tiny_ring(2, 64));
+        let ring = Arc::new(tiny_ring(2, 128));
         let mut emitted = Emitted::prefill(&ring, 0, &[8]);
         let gate = Arc::new(Gate::default());
         let emitter = {

@@ -107,7 +107,7 @@ fn coverage_agrees_with_replay_across_a_slot_lap() {
         let tally = outcomes.clone();
         loom::model(move || {
             // Two slots, 32 words: seq 3 takes seq 1's slot, no word reused.
-            tally.record(check_agreement(tiny_ring(2, 128), &[8, 8], 8, cursor));
+            tally.record(check_agreement(tiny_ring(2, 256), &[8, 8], 8, cursor));
         });
         let expected: &[&str] = if cursor == 0 {
             &["gap, gap", "covered, gap", "covered, replayed"]
@@ -128,7 +128,7 @@ fn coverage_agrees_with_replay_across_an_arena_lap() {
             // Four slots, 16 words (a window of 8): seq 1 is word 0, seq 2
             // words 1..=8, seq 3 words 9..=16, over word 0: seq 1 is
             // evicted, seq 2 is in the reserve.
-            tally.record(check_agreement(tiny_ring(4, 64), &[8, 64], 64, cursor));
+            tally.record(check_agreement(tiny_ring(4, 128), &[8, 64], 64, cursor));
         });
         let expected: &[&str] = if cursor == 0 {
             &["gap, gap", "covered, gap", "covered, replayed"]

@@ -81,7 +81,7 @@ fn blocked_follower_is_woken_by_one_emitter() {
     let outcomes = Outcomes::default();
     let tally = outcomes.clone();
     loom::model(move || {
-        let waits = follow_while_emitting(tiny_ring(2, 64), &[2]);
+        let waits = follow_while_emitting(tiny_ring(2, 128), &[2]);
         tally.record(if waits == 1 {
             "one wait"
         } else {
@@ -96,7 +96,7 @@ fn blocked_follower_is_woken_by_racing_emitters() {
     let outcomes = Outcomes::default();
     let tally = outcomes.clone();
     loom::model(move || {
-        let waits = follow_while_emitting(tiny_ring(2, 64), &[1, 1]);
+        let waits = follow_while_emitting(tiny_ring(2, 128), &[1, 1]);
         tally.record(if waits == 1 {
             "one wait"
         } else {

@@ -20,7 +20,11 @@
 //!   word, so only the emitter's own `fence(Release)` orders its claim
 //!   before its location stores.
 //!
-//! In both, every interleaving must end in either `Ok` with seqs
+//! - **odd arena lap**: the arena lap again on a ring of 3 slots and 11
+//!   words, sizes taken as configured: the new record is split at the
+//!   arena's end (positions wrap by remainder, not by mask).
+//!
+//! In all, every interleaving must end in either `Ok` with seqs
 //! `1..=k`, byte for byte as emitted, or `ReplayError::Gap` for cursor 0
 //! whose `first_retained` is 2.
 //!
@@ -108,10 +112,26 @@ fn reader_lapped_in_the_arena_gets_a_gap_or_intact_bytes() {
         // Four slots: no slot is reused. Sixteen arena words, a window of
         // eight: seq 1 is word 0, seq 2 words 1..=8; seq 3 takes words
         // 9..=16, and word 16 is word 0 of the next lap, over seq 1.
-        let (replay, emitted) = lap_during_replay(tiny_ring(4, 64), &[8, 64], 64);
+        let (replay, emitted) = lap_during_replay(tiny_ring(4, 128), &[8, 64], 64);
         tally.record(assert_intact_or_gap(replay, &emitted, 2..=2));
     });
     outcomes.assert_seen("arena lap", &["ok", "gap past seq 1"]);
+}
+
+#[test]
+fn reader_lapped_across_the_end_of_an_odd_arena_gets_a_gap_or_intact_bytes() {
+    let outcomes = Outcomes::default();
+    let tally = outcomes.clone();
+    loom::model(move || {
+        // Sizes as configured, neither a power of two: three slots (a
+        // window of two) and eleven arena words (a window of six). Seq 1 is
+        // word 0, seq 2 words 1..=5; seq 3 takes words 6..=11, split at
+        // the arena's end: virtual word 11 is word 11 mod 11 = 0, over
+        // seq 1, and seq 2's words (the reserve) stay intact.
+        let (replay, emitted) = lap_during_replay(tiny_ring(3, 88), &[8, 40], 48);
+        tally.record(assert_intact_or_gap(replay, &emitted, 2..=2));
+    });
+    outcomes.assert_seen("odd arena lap", &["ok", "gap past seq 1"]);
 }
 
 #[test]
@@ -126,7 +146,7 @@ fn reader_lapped_in_the_slots_gets_a_gap_or_intact_bytes() {
         loom::model(move || {
             // Two slots, 32 arena words: seq 3 takes seq 1's slot and words
             // 4..=5 (or none), so no payload word is reused.
-            let (replay, emitted) = lap_during_replay(tiny_ring(2, 128), &[12, 12], len);
+            let (replay, emitted) = lap_during_replay(tiny_ring(2, 256), &[12, 12], len);
             tally.record(assert_intact_or_gap(replay, &emitted, 2..=2));
         });
         outcomes.assert_seen(

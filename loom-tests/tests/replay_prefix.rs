@@ -39,7 +39,7 @@ fn replay_is_a_contiguous_intact_prefix_while_two_emitters_race() {
     let outcomes = Outcomes::default();
     let tally = outcomes.clone();
     loom::model(move || {
-        let ring = Arc::new(tiny_ring(2, 64));
+        let ring = Arc::new(tiny_ring(2, 128));
         let gate = Arc::new(Gate::default());
         let emitters: Vec<_> = (0..2u8)
             .map(|emitter| {

@@ -24,7 +24,7 @@ const BASE: u64 = 5;
 fn restored_ring() -> Ring {
     let config = Config::default()
         .events(2)
-        .bytes(64)
+        .bytes(128)
         .epoch(NonZeroU64::MIN)
         .start_after(BASE);
     match Ring::try_new(config) {

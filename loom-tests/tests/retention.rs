@@ -45,7 +45,7 @@ fn the_reserve_survives_a_stalled_emitter() {
     let outcomes = Outcomes::default();
     let tally = outcomes.clone();
     loom::model(move || {
-        let ring = Arc::new(tiny_ring(4, 256));
+        let ring = Arc::new(tiny_ring(4, 512));
         let mut emitted = Emitted::prefill(&ring, 0, &[8; 4]);
         let claimed = Arc::new(Signal::default());
         let release = Arc::new(Signal::default());

@@ -29,7 +29,7 @@ fn a_follower_of_a_single_writer_is_always_woken() {
     let outcomes = Outcomes::default();
     let tally = outcomes.clone();
     loom::model(move || {
-        let mut writer = writer(4, 64);
+        let mut writer = writer(4, 128);
         let mut follower = Follower::new(Arc::clone(writer.ring()), 0);
         let producer = thread::spawn(move || {
             (0..2)
@@ -67,7 +67,7 @@ fn a_reader_racing_a_single_writer_gets_intact_bytes_or_a_gap() {
     let outcomes = Outcomes::default();
     let tally = outcomes.clone();
     loom::model(move || {
-        let mut writer = writer(2, 128);
+        let mut writer = writer(2, 256);
         let ring = Arc::clone(writer.ring());
         let mut emitted = Emitted::default();
         for index in 0..2 {

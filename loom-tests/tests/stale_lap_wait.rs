@@ -96,7 +96,7 @@ fn check(ring: Ring, prefill: &[usize], lens: (usize, usize), b_emits: u8) -> &'
 fn an_emitter_waits_for_a_stalled_slot_instead_of_losing_its_event() {
     let outcomes = Outcomes::default();
     let tally = outcomes.clone();
-    loom::model(move || tally.record(check(tiny_ring(2, 64), &[], (8, 8), 2)));
+    loom::model(move || tally.record(check(tiny_ring(2, 128), &[], (8, 8), 2)));
     outcomes.assert_seen("slot wrap", &["waited", "no wait"]);
 }
 
@@ -106,6 +106,6 @@ fn an_emitter_waits_for_stalled_words_instead_of_losing_its_event() {
     let tally = outcomes.clone();
     let mut builder = loom::model::Builder::new();
     builder.preemption_bound = Some(2);
-    builder.check(move || tally.record(check(tiny_ring(4, 64), &[64], (8, 64), 1)));
+    builder.check(move || tally.record(check(tiny_ring(4, 128), &[64], (8, 64), 1)));
     outcomes.assert_seen("word wrap", &["waited", "no wait"]);
 }

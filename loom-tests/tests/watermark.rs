@@ -131,7 +131,7 @@ fn published_is_monotone_and_covers_only_committed_seqs() {
     loom::model(move || {
         // Four slots, two one-word emits: nothing can be evicted, so every
         // seq at or below the watermark must read back intact.
-        let ring = Arc::new(tiny_ring(4, 64));
+        let ring = Arc::new(tiny_ring(4, 128));
         let gate = Arc::new(Gate::default());
         let emitters = spawn_emitters(&ring, &gate, &[1, 1]);
         let observed = observe(&ring, &gate);
@@ -153,7 +153,7 @@ fn published_prefix_is_intact_or_evicted_while_emitters_lap() {
     let tally = outcomes.clone();
     loom::model(move || {
         // Two slots, three emits: seq 1 is overwritten, nothing is lost.
-        let ring = Arc::new(tiny_ring(2, 64));
+        let ring = Arc::new(tiny_ring(2, 128));
         let gate = Arc::new(Gate::default());
         let emitters = spawn_emitters(&ring, &gate, &[1, 2]);
         let observed = observe(&ring, &gate);
