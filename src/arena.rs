@@ -1,16 +1,11 @@
-//! The byte arena: payload bytes in preallocated `AtomicU64` words.
-//!
-//! Positions are *virtual* word numbers that only grow; word `p` lives in
-//! `words[p mod len]`, for any `len` (the configured bytes in words). The claim word (see `claim`) hands out runs of
-//! positions in seq order. Who may write a run, and when a reader's copy is
-//! still valid, is the ring's protocol; the arena only stores and copies
-//! words, in bulk through [`crate::copy`] (byte-wise atomic copies)
-//! between the fences the ring issues (Boehm's seqlock recipe).
-//!
-//! The words are allocated zeroed ([`zeroed_slice`]): all of them up front,
-//! so a ring's memory never grows or moves, but resident only as they are
-//! written, so an idle ring costs the pages its few events touched rather
-//! than its whole arena.
+//! The byte arena: payload bytes in preallocated `AtomicU64` words, at
+//! virtual word positions that only grow (position `p` in word
+//! `p mod len`, any `len`). It stores and copies words, through
+//! [`crate::copy`], between the fences the ring issues; who may write a run
+//! and when a copy is valid is the ring's protocol
+//! ([`docs::protocol`](crate::docs::protocol#the-layout)). Allocated
+//! zeroed and in full, resident as written ([`zeroed_slice`];
+//! [`docs::memory`](crate::docs::memory)).
 
 use crate::sync::AtomicU64;
 use crate::wrap::Wrap;

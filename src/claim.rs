@@ -5,13 +5,10 @@
 //! word = (seqs claimed << 40) + (words claimed)          (mod 2^64)
 //! ```
 //!
-//! An emit of `n` words adds `(1 << 40) + n` with one `fetch_add`; the value
-//! it gets back is the previous claim, so its seq is `seqs + 1` and its
-//! record starts at word `words`. The low 40 bits hold the word count modulo
-//! 2^40 and the high 24 bits the seq count modulo 2^24, plus every carry out
-//! of the low half. [`Claimed::decode`] undoes both wraps with references
-//! that lag the true counts by less than each field's range: the number of
-//! carries is `words >> 40` once the full word count is known.
+//! [`Claimed::decode`] undoes the wrap of both fields against references
+//! that lag the true counts by less than each field's range. How emitters
+//! and readers get such references, and the limits that follow:
+//! [`docs::protocol`](crate::docs::protocol#the-claim-word).
 
 /// Bits of the word position field. Under loom the seq field shrinks to 2
 /// bits (a range of 4 seqs), so that a model can overtake a reader by a

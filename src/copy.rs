@@ -1,32 +1,33 @@
 //! Payload bytes into and out of shared arena words, in bulk: the engine's
-//! only `unsafe` code, and all of it here.
+//! only `unsafe` code, and all of it here. The full argument, and what
+//! checks it, is in [`docs::copy`](crate::docs::copy); the part every
+//! `SAFETY` comment below relies on is this.
 //!
-//! The arena's words are written by emitters while readers may copy them
-//! (a reader validates after copying and discards a torn copy: Boehm's
-//! seqlock recipe). By the Rust memory model every such access must be
+//! Emitters write arena words while readers may copy them (a reader
+//! validates after copying and discards a torn copy: Boehm's seqlock
+//! recipe), so by the Rust memory model every access to them must be
 //! atomic, or the race is undefined behaviour even though the torn copy is
-//! thrown away. Two implementations meet that rule:
+//! thrown away. Two implementations meet that rule, one per build:
 //!
 //! - **Word by word** ([`portable`]): a `Relaxed` `AtomicU64` load or store
-//!   per 8 bytes. Sound by construction, and what Miri, loom and targets
-//!   other than x86-64 run. The compiler may not merge or widen atomic
-//!   accesses, so it copies 8 bytes per instruction, plus the per-word
-//!   assembly of bytes into words.
-//! - **Vector moves in inline assembly** ([`vector`], x86-64): 16-byte
-//!   `movdqu` loads and stores, four per loop iteration, then 8-byte `mov`s
-//!   for the last words. Inline assembly is opaque to the compiler, which
-//!   must assume it reads and writes the memory it is given; the hardware
-//!   performs each of its loads and stores as single-copy atomic at (at
-//!   least) byte granularity, so the assembly behaves as a *byte-wise
-//!   atomic memcpy* with `Relaxed` byte accesses — the semantics C++'s
-//!   P1478 (`atomic_load_per_byte_memcpy` / `atomic_store_per_byte_memcpy`)
-//!   proposes for exactly this seqlock use, and the argument of the
-//!   `atomic-memcpy` crate. The `fence(Release)` before an emitter's stores
-//!   and the `fence(Acquire)` after a reader's loads are ordinary Rust
-//!   fences; they order the assembly's accesses as they would order atomic
-//!   ones. In a build that takes this path *every* access to arena words
-//!   goes through it (the tail words too), so accesses of different
-//!   implementations never mix on the same memory.
+//!   per 8 bytes. Sound by construction; what Miri, loom and targets other
+//!   than x86-64 run.
+//! - **Vector moves in inline assembly** ([`vector`], x86-64 outside Miri
+//!   and loom): 16-byte `movdqu` loads and stores, four per loop iteration,
+//!   then 16-byte pairs, then one 8-byte `mov` for an odd word (and one for
+//!   a payload's padded last word). The assembly is opaque to the compiler,
+//!   which must assume it reads and writes the memory it is given (it is
+//!   neither `nomem` nor `readonly`), and the hardware performs each of its
+//!   loads and stores as single-copy atomic at (at least) byte
+//!   granularity: it behaves as a *byte-wise atomic memcpy* with `Relaxed`
+//!   byte accesses, the semantics of C++'s P1478
+//!   (`atomic_load_per_byte_memcpy` / `atomic_store_per_byte_memcpy`) and
+//!   Rust's RFC 3301 (`AtomicPerByte`). The `fence(Release)` before an
+//!   emitter's stores and the `fence(Acquire)` after a reader's loads are
+//!   ordinary Rust fences; they order these accesses as they would order
+//!   any atomic ones. In a build that takes this path *every* access to
+//!   arena words goes through it (the tail words too), so accesses of the
+//!   two implementations never mix on the same memory.
 //!
 //! Either way a copy that raced a writer can be torn; the ring's
 //! validation after `fence(Acquire)` says whether it did, and a torn copy

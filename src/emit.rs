@@ -1,30 +1,8 @@
-//! The shared emit protocol: ordered claim, wait on a stale lap, write,
-//! publish with one compare-and-swap.
-//!
-//! 1. **Claim.** One `fetch_add` of `(k << 40) + words` on the claim word
-//!    hands out seqs `h ..= h + k - 1` and words `[p, p + words)`; records
-//!    lie in the arena in seq order. The old value is decoded against the
-//!    watermark and the end floor, read just after.
-//! 2. **Wrap check.** The records may be written once the watermark `P`
-//!    satisfies `P >= h + k - 1 - window` (each slot's previous record is
-//!    published and out of the reserve) and the published records end at
-//!    or past `p + words - window_words` (so are the words'). Normally one
-//!    load of each says so. Otherwise the emitter waits — spins, then parks
-//!    on the notifier — for the emitter a window behind, which was
-//!    descheduled between its claim and its commit. The lowest unpublished
-//!    emitter never waits (its slot and words are free by construction), so
-//!    some emitter always makes progress.
-//! 3. **Write.** `fence(Release)` (the claim is ordered before every store
-//!    that could overwrite a record, which is what readers validate
-//!    against), payload words, slot location, stamp (`Release`).
-//! 4. **Publish.** `compare_exchange(h - 1, h + k - 1)` on the watermark,
-//!    `SeqCst`. If it fails, an earlier seq is not published yet:
-//!    `fence(SeqCst)` and help. Either way, continue over later committed
-//!    seqs (`SeqCst` stamp loads), then one `SeqCst` load of the waiter
-//!    count. The emitter last in the `SeqCst` total order among those
-//!    settling a stretch of seqs sees every stamp committed before it or
-//!    the watermark raised past it, so the watermark never stalls below a
-//!    committed prefix.
+//! The shared emit: claim a seq and its words with one `fetch_add`, wait
+//! if an emitter a window behind has not committed, write, and publish
+//! with one compare-and-swap. The protocol and why it is correct are in
+//! [`docs::protocol`](crate::docs::protocol#emit); when an emitter waits,
+//! in [`docs::progress`](crate::docs::progress).
 
 use crate::arena::words_for;
 use crate::claim::{increment, Claimed};

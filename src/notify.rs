@@ -1,15 +1,8 @@
 //! Wake-ups for followers, and for emitters parked at the wrap, waiting on
-//! the published watermark.
-//!
-//! Emitters pay one `SeqCst` load of [`Notifier::waiters`] when nobody
-//! waits. A waiter raises `waiters`, issues `fence(SeqCst)`, then re-checks
-//! the watermark; an emitter raises the watermark with a `SeqCst`
-//! compare-and-swap (a single writer: a store and `fence(SeqCst)`), then
-//! loads `waiters` with `SeqCst`. Whichever of the waiter's fence and the
-//! emitter's raise comes first in the single total order of `SeqCst`
-//! operations is seen by the other (the store-buffering litmus test), so
-//! either the waiter sees the new watermark or the emitter sees the waiter
-//! and wakes it under the mutex.
+//! the published watermark: a waiter count emitters check with one
+//! `SeqCst` load, and a mutex and condition variable for those who wait.
+//! Why no wake-up is lost (the store-buffering pair of `SeqCst` fences):
+//! [`docs::protocol`](crate::docs::protocol#wake-ups).
 
 use crate::sync::{fence, lock, AtomicUsize, Condvar, Mutex, Ordering};
 use crossbeam_utils::CachePadded;

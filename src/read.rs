@@ -1,30 +1,16 @@
-//! Reading a ring: wait-free replays, O(1) coverage checks, and the gap
-//! figures, all validated against the claim word.
-//!
-//! A reader never waits for a writer and never retries. It reads the
-//! watermark `P1` and the end floor `F1`, reads slot locations and copies
-//! payload words with `Relaxed` loads, then `fence(Acquire)` and decodes the
-//! claim word between `(P1, F1)` and a second read of both, `(P2, F2)` (see
-//! [`Ring::claimed_since`]). With `H` seqs and `T` words claimed, record `s`
-//! at word `pos` is intact iff
+//! Reading a ring: wait-free replays, O(1) coverage checks and the gap
+//! figures, all validated against the claim word decoded between two reads
+//! of the watermark and the end floor, `(P1, F1)` and `(P2, F2)` (see
+//! [`Ring::claimed_since`]). With `H` seqs and `T` words claimed, record
+//! `s` at word `pos` is intact iff
 //!
 //! ```text
-//! s > H - events           or  P2 < s + reserve_events   (its slot), and
-//! pos >= T - arena_words   or  F2 <= pos + reserve_words (its words).
+//! s   > H - events        or  P2 <  s + reserve_events  (its slot), and
+//! pos >= T - arena_words  or  F2 <= pos + reserve_words (its words).
 //! ```
 //!
-//! Every writer claims, and passes its wrap check, before (`fence(Release)`)
-//! it stores a slot field or a payload word. So a reader that read even one
-//! overwritten value sees that writer's claim in `(H, T)` (Boehm's seqlock
-//! recipe, with the claim word as the sequence) *and* the watermark and
-//! floor the writer's wrap check saw: the slot of `s` is written again only
-//! by seq `s + events`, once the watermark reached `s + reserve_events`, and
-//! a word of `s` only by a record whose check raised the floor past `pos +
-//! reserve_words`. The second half of each condition is what keeps the
-//! reserve readable while a claimed emitter waits at the wrap. All four
-//! bounds are monotone in `s` (records lie in the arena in seq order), so
-//! the intact records are a suffix: checking the first record after the
-//! cursor checks the whole replay.
+//! Why that is sound, and why checking the first record of a replay checks
+//! all of it: [`docs::protocol`](crate::docs::protocol#replay-and-validation).
 
 use crate::error::{Coverage, Gap, ReadError, ReplayError};
 use crate::event::Event;

@@ -1,21 +1,7 @@
-//! The index ring: one slot per retained event, keyed by seq.
-//!
-//! A slot says where seq `s`'s payload lives in the arena. Its `stamp` is
-//! the seq whose record it holds, stored (`Release`) by that seq's emitter
-//! after the payload and the location fields: an emitter that reads stamp
-//! `s` (`Acquire`) knows seq `s` is committed, which is all the publish scan
-//! needs. Stamps only grow.
-//!
-//! Seq `s + events` reuses `s`'s slot. Its emitter may write the slot only
-//! after `s` is published and out of the retention reserve (see
-//! [`Ring`](crate::Ring)), so the slot's previous record is never still
-//! being written; and it claims its seq *before* (`fence(Release)`) it stores
-//! into the slot, so a reader that read a reused slot sees, after
-//! `fence(Acquire)`, a claim word that says so.
-//!
-//! Consecutive seqs are spread over different cache lines (see
-//! [`Slots::index`]) so that concurrent emitters of seq `s` and `s + 1` do not
-//! false-share.
+//! The index ring: one 32-byte slot per retained event, keyed by seq
+//! (`seq mod events`, spread over cache lines by [`Slots::index`]): where
+//! the seq's record lies in the arena, and the stamp that commits it. Who
+//! may write a slot and when: [`docs::protocol`](crate::docs::protocol#emit).
 
 use crate::arena::zeroed_slice;
 use crate::sync::{AtomicU64, Ordering};
