@@ -1,8 +1,8 @@
 //! Scenario (f): memory per idle session. Not a timing: prints to stderr
 //!
 //! - `Geometry::footprint()` (bytes preallocated for slots and the arena,
-//!   which is twice the configured payload bytes: half of it is the
-//!   retention reserve) for the server default (4096 events, 4 MiB) and for
+//!   which is the configured payload bytes: half of it is the retention
+//!   reserve) for the server default (4096 events, 4 MiB) and for
 //!   small configurations,
 //! - the growth of the resident set (`/proc/self/statm`) when 1,000 idle
 //!   sessions' stores are created, given 10 small events (50 bytes) each

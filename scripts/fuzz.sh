@@ -6,9 +6,10 @@
 #   FUZZ_SANITIZER=address scripts/fuzz.sh
 #
 # Runs on the stable toolchain: RUSTC_BOOTSTRAP=1 lets stable rustc take the
-# -Z flags cargo-fuzz passes. The sanitizer defaults to none: gapless has no
-# unsafe code (#![forbid(unsafe_code)]), the targets check results against
-# models rather than relying on memory errors, and without AddressSanitizer
+# -Z flags cargo-fuzz passes. The sanitizer defaults to none: gapless's only
+# unsafe code is the bulk copy in src/copy.rs (inline assembly, which
+# AddressSanitizer does not instrument anyway), the targets check every byte
+# against models rather than relying on memory errors, and without ASan
 # the targets run three to six times as many inputs in the same time. Set
 # FUZZ_SANITIZER=address for an ASan build (cargo-fuzz's own default).
 #

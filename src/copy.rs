@@ -233,6 +233,11 @@ pub(crate) mod vector {
 mod tests {
     use super::*;
 
+    /// A copy into arena words.
+    type Store = fn(&[AtomicU64], &[u8]);
+    /// A copy out of arena words.
+    type Load = fn(&[AtomicU64], &mut Vec<u8>);
+
     fn words(n: usize) -> Vec<AtomicU64> {
         (0..n).map(|_| AtomicU64::new(u64::MAX)).collect()
     }
@@ -245,8 +250,8 @@ mod tests {
         for len in 0..300usize {
             let src: Vec<u8> = (0..len).map(|i| (i * 37 + len) as u8).collect();
             let n = len.div_ceil(8);
-            let stores: [fn(&[AtomicU64], &[u8]); 2] = [store, portable::store];
-            let loads: [fn(&[AtomicU64], &mut Vec<u8>); 2] = [load, portable::load];
+            let stores: [Store; 2] = [store, portable::store];
+            let loads: [Load; 2] = [load, portable::load];
             for (s, store_fn) in stores.iter().enumerate() {
                 let dst = words(n + 1);
                 store_fn(&dst[..n], &src);
@@ -271,7 +276,7 @@ mod tests {
     #[test]
     fn a_short_destination_takes_the_leading_words() {
         let src: Vec<u8> = (0..40).collect();
-        for store_fn in [store as fn(&[AtomicU64], &[u8]), portable::store] {
+        for store_fn in [store as Store, portable::store] {
             let dst = words(3);
             store_fn(&dst, &src);
             let mut out = Vec::new();

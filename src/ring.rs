@@ -45,7 +45,7 @@ mod sealed {
 ///
 /// `Ring` is `Ring<Shared>`; a ring with one producer is better built as
 /// a [`Writer`](crate::Writer), whose ring (`Ring<SingleWriter>`) has the
-/// same read API. See the [crate docs](crate) for the protocol.
+/// same read API. See [`docs::protocol`](crate::docs::protocol) for the protocol.
 ///
 /// ```
 /// use gapless::{Config, Coverage, ReplayError, Ring};
@@ -165,7 +165,7 @@ impl<M: EmitMode> Ring<M> {
         self.geometry
     }
 
-    /// The largest payload an emit accepts (at least the configured bytes).
+    /// The largest payload an emit accepts : half the configured payload memory ([`Geometry::max_payload`](crate::Geometry::max_payload)).
     pub fn max_payload(&self) -> usize {
         self.geometry.max_payload()
     }

@@ -1,6 +1,6 @@
 //! The ring against its reference model, on tiny rings.
 //!
-//! The input picks a ring (2..=32 events, 64..=1024 bytes, so that records
+//! The input picks a ring (2..=70 events, 64..=1024 bytes, any size, so that records
 //! wrap the arena and evict constantly; starting at seq 1 or after any seq
 //! up to `MAX_START`, as a restored ring does) and a sequence of operations: emits
 //! of odd sizes (empty, word edges, fractions of the arena, up to and past
@@ -26,7 +26,7 @@ use std::num::NonZeroU64;
 
 #[derive(Arbitrary, Debug)]
 struct Input {
-    /// Mapped into 2..=32.
+    /// Mapped into 2..=70.
     events: u8,
     /// Mapped into 64..=1024.
     bytes: u16,
@@ -130,7 +130,9 @@ fn payload(len: usize, fill: u8) -> Vec<u8> {
 }
 
 fuzz_target!(|input: Input| {
-    let events = 2 + usize::from(input.events % 31);
+    // Sizes as configured, powers of two or not: 2..=70 events (from 64
+    // up rounded to a multiple of 4) and 64..=1024 bytes (to a word).
+    let events = 2 + usize::from(input.events % 69);
     let bytes = 64 + usize::from(input.bytes % 961);
     let base = match input.base % 4 {
         0 => 0,
@@ -141,7 +143,7 @@ fuzz_target!(|input: Input| {
         .bytes(bytes)
         .start_after(base)
         .epoch(NonZeroU64::new(0x00c0_ffee_1234_5678).unwrap());
-    let ring = Ring::try_new(config).expect("2..=32 events and 64..=1024 bytes are valid");
+    let ring = Ring::try_new(config).expect("2..=70 events and 64..=1024 bytes are valid");
     let mut model = Model::new(&ring);
     let g = ring.geometry();
     let shape = Shape {

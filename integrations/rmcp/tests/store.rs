@@ -321,7 +321,7 @@ async fn a_malformed_cursor_gets_the_malformed_signal() {
 
 #[tokio::test]
 async fn a_message_too_large_for_the_ring_is_reported_lost_on_replay() {
-    let s = GaplessEventStore::new(Config::default().events(64).bytes(256)).unwrap();
+    let s = GaplessEventStore::new(Config::default().events(64).bytes(512)).unwrap();
     let ids = request_stream(&s, 2).await;
     let big = message(json!({
         "jsonrpc": "2.0",
