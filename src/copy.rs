@@ -247,7 +247,9 @@ mod tests {
     /// byte for byte, with the padding zero and nothing past it touched.
     #[test]
     fn both_copies_round_trip_every_length() {
-        for len in 0..300usize {
+        // Miri runs the portable copy only (twice); fewer lengths there.
+        let lengths = if cfg!(miri) { 0..80usize } else { 0..300 };
+        for len in lengths {
             let src: Vec<u8> = (0..len).map(|i| (i * 37 + len) as u8).collect();
             let n = len.div_ceil(8);
             let stores: [Store; 2] = [store, portable::store];

@@ -184,7 +184,13 @@ mod tests {
 
     #[test]
     fn fresh_slots_are_all_zero_and_aligned() {
-        for count in [2usize, 3, 4, 1000, 1 << 10, 1030] {
+        // Miri interprets every word: the small counts there.
+        let counts: &[usize] = if cfg!(miri) {
+            &[2, 3, 4, 20, 21]
+        } else {
+            &[2, 3, 4, 1000, 1 << 10, 1030]
+        };
+        for &count in counts {
             let slots = Slots::new(count);
             for seq in 0..count as u64 {
                 let slot = slots.slot(seq).expect("every seq has a slot");
@@ -198,7 +204,12 @@ mod tests {
 
     #[test]
     fn index_is_a_permutation_that_spreads_neighbours() {
-        for count in [2usize, 3, 4, 8, 16, 20, 21, 64, 1000, 1024, 1030] {
+        let counts: &[usize] = if cfg!(miri) {
+            &[2, 3, 4, 8, 16, 20, 21, 64]
+        } else {
+            &[2, 3, 4, 8, 16, 20, 21, 64, 1000, 1024, 1030]
+        };
+        for &count in counts {
             let slots = Slots::new(count);
             let mut seen = vec![false; count];
             for seq in 0..count as u64 {

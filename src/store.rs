@@ -267,10 +267,13 @@ mod tests {
                 requested: MAX_SHARDS + 1
             })
         );
-        assert_eq!(
-            Store::<u32>::try_new(MAX_SHARDS).unwrap().shards(),
-            MAX_SHARDS
-        );
+        if !cfg!(miri) {
+            // 4096 shards: slow to build under Miri, instant natively.
+            assert_eq!(
+                Store::<u32>::try_new(MAX_SHARDS).unwrap().shards(),
+                MAX_SHARDS
+            );
+        }
     }
 
     #[test]
