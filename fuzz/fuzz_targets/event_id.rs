@@ -8,8 +8,10 @@
 
 #![no_main]
 
+use gapless::error::ParseEventIdError;
+use gapless::event_id::MAX_EVENT_ID_LEN;
 use gapless::session::{parse_hex128, Ticket};
-use gapless::{EventId, ParseEventIdError, MAX_EVENT_ID_LEN};
+use gapless::EventId;
 use gapless_fuzz::is_canonical_event_id;
 use libfuzzer_sys::fuzz_target;
 
