@@ -2,8 +2,11 @@
 //! ring of 1024 events configured with `bytes(1024 × (1 KiB + 64))` (room
 //! for every event, sized as the emit bench sizes its rings); one
 //! `replay_after(0)` copies all of them out (1,024,000 bytes) into owned
-//! `Bytes`. The references, on the same bytes (the same 1,000 payloads,
-//! back to back) in the same run:
+//! `Bytes` (`gapless`: one allocation, an `Event` and a reference count per
+//! event), and one `replay_batch(0, u64::MAX)` does the same copy into one
+//! `Replay` whose payloads are borrowed slices (`gapless_batch`). The
+//! references, on the same bytes (the same 1,000 payloads, back to back)
+//! in the same run:
 //!
 //! - `memcpy`: `copy_from_slice` of 1,024,000 bytes into a buffer allocated
 //!   once (the target's reference: issue 19 asks replay ≥ 0.7× this),
@@ -54,6 +57,14 @@ fn replay(c: &mut Criterion) {
         "every event replays its payload"
     );
     assert_eq!(deque.after(0).len(), EVENTS);
+    let batch = ring
+        .replay_batch(0, u64::MAX)
+        .expect("the ring is sized to retain every event");
+    assert_eq!(batch.len(), EVENTS, "every event in the batch");
+    assert!(
+        batch.iter().all(|(_, bytes)| bytes == payload.as_slice()),
+        "every event in the batch is its payload"
+    );
 
     let source: Vec<u8> = payload.iter().copied().cycle().take(total).collect();
     let mut destination = vec![0u8; total];
@@ -62,6 +73,9 @@ fn replay(c: &mut Criterion) {
     group.throughput(Throughput::Bytes(total as u64));
     group.bench_function("gapless", |b| {
         b.iter(|| black_box(ring.replay_after(black_box(0)).expect("retained")))
+    });
+    group.bench_function("gapless_batch", |b| {
+        b.iter(|| black_box(ring.replay_batch(black_box(0), u64::MAX).expect("retained")))
     });
     group.bench_function("memcpy", |b| {
         b.iter(|| {

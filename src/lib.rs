@@ -66,7 +66,9 @@
 //!
 //! - The crate root: the types most users need — [`Ring`], [`Writer`],
 //!   [`Follower`], [`Store`], [`Config`] and [`Geometry`], [`Event`],
-//!   [`EventId`], [`Stats`], and the common errors.
+//!   [`Replay`] (a replay's payloads borrowed from one buffer, from
+//!   [`Ring::replay_batch`]), [`EventId`], [`Stats`], and the common
+//!   errors.
 //! - [`config`]: sizing ([`Config`], [`Geometry`]) and every size limit.
 //! - [`error`]: every error and refusal the engine returns.
 //! - [`event_id`]: the wire form of an event ID.
@@ -102,6 +104,7 @@ pub mod event_id;
 mod follower;
 mod notify;
 mod read;
+mod replay;
 mod ring;
 mod slots;
 mod store;
@@ -117,6 +120,7 @@ pub use error::{ConfigError, Coverage, EmitError, Gap, ReadError, ReplayError};
 pub use event::Event;
 pub use event_id::EventId;
 pub use follower::Follower;
+pub use replay::Replay;
 pub use ring::{EmitMode, Ring, Shared, SingleWriter, Stats};
 pub use store::Store;
 pub use writer::Writer;

@@ -14,6 +14,7 @@
 
 use crate::error::{Coverage, Gap, ReadError, ReplayError};
 use crate::event::Event;
+use crate::replay::Replay;
 use crate::ring::{EmitMode, Ring, Validation};
 use crate::slots::Location;
 use bytes::Bytes;
@@ -88,6 +89,18 @@ impl<M: EmitMode> Ring<M> {
     /// # Errors
     /// As [`Ring::replay_after`]; only events up to `last` need be retained.
     pub fn replay_range(&self, cursor: u64, last: u64) -> Result<Vec<Event>, ReplayError> {
+        self.replay_batch(cursor, last).map(Replay::into_events)
+    }
+
+    /// The events `cursor + 1 ..= min(last, published())` as one
+    /// [`Replay`]: the same copy and validation as [`Ring::replay_range`],
+    /// with the payloads borrowed from one buffer instead of an owned
+    /// `Bytes` (and its reference count) per event. `u64::MAX` as `last`
+    /// replays everything after `cursor`.
+    ///
+    /// # Errors
+    /// As [`Ring::replay_range`].
+    pub fn replay_batch(&self, cursor: u64, last: u64) -> Result<Replay, ReplayError> {
         let opened = self.open();
         let published = opened.published;
         if cursor > published {
@@ -95,7 +108,7 @@ impl<M: EmitMode> Ring<M> {
         }
         let last = last.min(published);
         if cursor >= last {
-            return Ok(Vec::new());
+            return Ok(Replay::default());
         }
         let count = last - cursor;
         if count > self.slots.len() {
@@ -121,17 +134,13 @@ impl<M: EmitMode> Ring<M> {
         if !valid {
             return Err(ReplayError::Gap(self.gap(cursor)));
         }
-        let bytes = Bytes::from(bytes);
-        Ok((cursor + 1..)
-            .zip(locations)
-            .map(|(seq, location)| {
-                let offset = ((location.pos - start) * 8) as usize;
-                Event {
-                    seq,
-                    payload: bytes.slice(offset..offset + location.len as usize),
-                }
-            })
-            .collect())
+        // Valid: the locations are the records', adjacent from `start`, so
+        // each lies within the `words` copied.
+        let records = locations
+            .iter()
+            .map(|location| (((location.pos - start) * 8) as usize, location.len as usize))
+            .collect();
+        Ok(Replay::new(cursor + 1, Bytes::from(bytes), records))
     }
 
     /// One event by seq.

@@ -97,12 +97,31 @@ fn run(events: usize, bytes: usize, base: u64, ops: &[Op]) -> Result<(), TestCas
             Op::ReplayRange { back, count } => {
                 let c = cursor(model.head, *back);
                 let last = c.saturating_add(*count);
-                prop_assert_eq!(
-                    ring.replay_range(c, last),
-                    model.replay_range(c, last),
-                    "{:?}",
-                    op
-                );
+                let expected = model.replay_range(c, last);
+                prop_assert_eq!(ring.replay_range(c, last), expected.clone(), "{:?}", op);
+                // The batch form: the same events, borrowed from one buffer.
+                let batch = ring.replay_batch(c, last);
+                let borrowed = batch
+                    .as_ref()
+                    .map(|replay| {
+                        replay
+                            .iter()
+                            .map(|(seq, payload)| (seq, payload.to_vec()))
+                            .collect::<Vec<_>>()
+                    })
+                    .map_err(|error| *error);
+                let owned = expected.map(|events| {
+                    events
+                        .into_iter()
+                        .map(|event| (event.seq, event.payload.to_vec()))
+                        .collect::<Vec<_>>()
+                });
+                prop_assert_eq!(borrowed, owned.clone(), "{:?}", op);
+                let seqs = batch.as_ref().ok().map(|replay| replay.seqs());
+                let expected_seqs = owned
+                    .ok()
+                    .map(|events| events.first().zip(events.last()).map(|(a, b)| a.0..=b.0));
+                prop_assert_eq!(seqs, expected_seqs, "{:?}", op);
             }
             Op::Coverage { back } => {
                 let c = cursor(model.head, *back);

@@ -1,0 +1,97 @@
+//! A replay as one copied run: every event's payload in one buffer, read
+//! without a reference count per event.
+
+use crate::event::Event;
+use bytes::Bytes;
+
+/// The events after a cursor, as [`Ring::replay_batch`] copied them out:
+/// one buffer holding every payload, and where each one lies in it.
+///
+/// [`Ring::replay_after`] returns a `Vec<Event>` whose payloads share one
+/// allocation; each `Event` still holds its own reference to it, which
+/// costs an atomic increment to make and one to drop per event. A
+/// `Replay` hands the payloads out as borrowed slices instead: a server
+/// that writes them to a socket (an SSE frame per event) pays for the copy
+/// and nothing per event. [`Replay::into_events`] converts when owned
+/// events are needed.
+///
+/// ```
+/// use gapless::{Config, Ring};
+/// let ring = Ring::new(Config::default().events(8).bytes(1024));
+/// for payload in [&b"a"[..], b"bb", b"ccc"] {
+///     ring.emit(payload)?;
+/// }
+/// let replay = ring.replay_batch(1, u64::MAX)?;
+/// assert_eq!(replay.len(), 2);
+/// let seen: Vec<(u64, &[u8])> = replay.iter().collect();
+/// assert_eq!(seen, [(2, &b"bb"[..]), (3, &b"ccc"[..])]);
+/// assert_eq!(replay.into_events(), ring.replay_after(1)?);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// [`Ring::replay_batch`]: crate::Ring::replay_batch
+/// [`Ring::replay_after`]: crate::Ring::replay_after
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Replay {
+    /// The seq of the first record; `records[i]` is seq `first + i`.
+    first: u64,
+    /// The copied run of arena words: every record in seq order, each
+    /// starting on an 8-byte boundary and zero-padded to the next.
+    bytes: Bytes,
+    /// Per record, in seq order: its offset in `bytes` and its length.
+    /// Every `offset + len <= bytes.len()`.
+    records: Vec<(usize, usize)>,
+}
+
+impl Replay {
+    /// A replay of `records` (offset, length) in `bytes`, the first being
+    /// seq `first`. The caller checked every record lies within `bytes`.
+    pub(crate) fn new(first: u64, bytes: Bytes, records: Vec<(usize, usize)>) -> Self {
+        debug_assert!(records.iter().all(|&(o, l)| o + l <= bytes.len()));
+        Self {
+            first,
+            bytes,
+            records,
+        }
+    }
+
+    /// The number of events.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// The seqs replayed, `first ..= last`; `None` when empty.
+    pub fn seqs(&self) -> Option<std::ops::RangeInclusive<u64>> {
+        let count = self.records.len() as u64;
+        (count > 0).then(|| self.first..=self.first + count - 1)
+    }
+
+    /// Each event's seq and payload, in order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (u64, &[u8])> + '_ {
+        let first = self.first;
+        self.records
+            .iter()
+            .enumerate()
+            .map(move |(i, &(offset, len))| {
+                let payload = self.bytes.get(offset..offset + len).unwrap_or_default();
+                (first + i as u64, payload)
+            })
+    }
+
+    /// The events as owned [`Event`]s sharing this replay's buffer (one
+    /// reference count each).
+    pub fn into_events(self) -> Vec<Event> {
+        (self.first..)
+            .zip(self.records)
+            .map(|(seq, (offset, len))| Event {
+                seq,
+                payload: self.bytes.slice(offset..offset + len),
+            })
+            .collect()
+    }
+}
