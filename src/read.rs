@@ -136,11 +136,7 @@ impl<M: EmitMode> Ring<M> {
         }
         // Valid: the locations are the records', adjacent from `start`, so
         // each lies within the `words` copied.
-        let records = locations
-            .iter()
-            .map(|location| (((location.pos - start) * 8) as usize, location.len as usize))
-            .collect();
-        Ok(Replay::new(cursor + 1, Bytes::from(bytes), records))
+        Ok(Replay::new(cursor + 1, Bytes::from(bytes), locations))
     }
 
     /// One event by seq.

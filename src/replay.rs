@@ -2,6 +2,7 @@
 //! without a reference count per event.
 
 use crate::event::Event;
+use crate::slots::Location;
 use bytes::Bytes;
 
 /// The events after a cursor, as [`Ring::replay_batch`] copied them out:
@@ -35,24 +36,35 @@ use bytes::Bytes;
 pub struct Replay {
     /// The seq of the first record; `records[i]` is seq `first + i`.
     first: u64,
-    /// The copied run of arena words: every record in seq order, each
-    /// starting on an 8-byte boundary and zero-padded to the next.
+    /// The copied run of arena words, from the first record's position:
+    /// every record in seq order, each starting on an 8-byte boundary and
+    /// zero-padded to the next.
     bytes: Bytes,
-    /// Per record, in seq order: its offset in `bytes` and its length.
-    /// Every `offset + len <= bytes.len()`.
-    records: Vec<(usize, usize)>,
+    /// Where each record lay in the arena, in seq order, as validated:
+    /// adjacent from the first, so record `i` is `bytes[(pos - first
+    /// record's pos) * 8 ..][..len]`, within `bytes`.
+    records: Vec<Location>,
 }
 
 impl Replay {
-    /// A replay of `records` (offset, length) in `bytes`, the first being
-    /// seq `first`. The caller checked every record lies within `bytes`.
-    pub(crate) fn new(first: u64, bytes: Bytes, records: Vec<(usize, usize)>) -> Self {
-        debug_assert!(records.iter().all(|&(o, l)| o + l <= bytes.len()));
+    /// A replay of the records at `locations` (validated: adjacent, the
+    /// first at `locations[0].pos`), copied into `bytes`, the first being
+    /// seq `first`.
+    pub(crate) fn new(first: u64, bytes: Bytes, locations: Vec<Location>) -> Self {
         Self {
             first,
             bytes,
-            records,
+            records: locations,
         }
+    }
+
+    /// Where each record's payload lies in `bytes`, in seq order.
+    fn spans(&self) -> impl ExactSizeIterator<Item = std::ops::Range<usize>> + '_ {
+        let start = self.records.first().map_or(0, |location| location.pos);
+        self.records.iter().map(move |location| {
+            let offset = (location.pos.wrapping_sub(start) * 8) as usize;
+            offset..offset + location.len as usize
+        })
     }
 
     /// The number of events.
@@ -74,23 +86,20 @@ impl Replay {
     /// Each event's seq and payload, in order.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = (u64, &[u8])> + '_ {
         let first = self.first;
-        self.records
-            .iter()
-            .enumerate()
-            .map(move |(i, &(offset, len))| {
-                let payload = self.bytes.get(offset..offset + len).unwrap_or_default();
-                (first + i as u64, payload)
-            })
+        self.spans().enumerate().map(move |(i, span)| {
+            let payload = self.bytes.get(span).unwrap_or_default();
+            (first + i as u64, payload)
+        })
     }
 
     /// The events as owned [`Event`]s sharing this replay's buffer (one
     /// reference count each).
     pub fn into_events(self) -> Vec<Event> {
         (self.first..)
-            .zip(self.records)
-            .map(|(seq, (offset, len))| Event {
+            .zip(self.spans())
+            .map(|(seq, span)| Event {
                 seq,
-                payload: self.bytes.slice(offset..offset + len),
+                payload: self.bytes.slice(span),
             })
             .collect()
     }

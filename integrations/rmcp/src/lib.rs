@@ -106,7 +106,7 @@
 //! know, and then the logging notification is what remains.
 //!
 //! **What applications see** (mcp 2.3.0, the official Python client,
-//! checked by `tests/official_client.rs` in legacy and auto/stateless mode):
+//! checked by `tests/official_client/` in legacy and auto/stateless mode):
 //! the call raises `MCPError` with code -32010 and `data` intact; a
 //! registered `logging_callback` also gets the logging notification. A
 //! logging notification alone reaches only applications that registered a

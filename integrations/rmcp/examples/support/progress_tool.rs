@@ -1,5 +1,5 @@
 //! The progress server of `examples/progress_server.rs`, shared with
-//! `tests/official_client.rs` (both include this file with `#[path]`; a
+//! `tests/official_client/` (both include this file with `#[path]`; a
 //! directory without `main.rs` is not an example target of its own).
 
 use rmcp::handler::server::wrapper::Parameters;
