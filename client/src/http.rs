@@ -1,7 +1,9 @@
 //! [`Client`]: one typed helper per route, over a pooled HTTP/1.1 client.
 
 use crate::error::{within, ClientError};
+use crate::response::Response;
 use crate::sse::SseStream;
+use crate::timeout::{CONNECT_TIMEOUT, DEFAULT_TIMEOUT};
 use crate::wire::{is_session_id, Created, CursorBody, Emitted, StateView, UpgradeGrant};
 use crate::ws::WsStream;
 use bytes::Bytes;
@@ -15,15 +17,6 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::time::Duration;
 use tokio_tungstenite::tungstenite;
-
-/// The default timeout of every network wait.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// How long a TCP connect may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A response whose body has not been read yet.
-pub type Response = http::Response<hyper::body::Incoming>;
 
 /// A request being built: method, URI, headers, body. Made by
 /// [`Client::request`] (or [`Client::get`], [`Client::post`]) and sent by [`Client::send`]; the typed helpers use

@@ -2,9 +2,9 @@
 //! incrementally into the protocol's items.
 
 use crate::error::{within, ClientError, HttpError};
-use crate::http::Response;
 use crate::incoming::{Closed, Delivered, Incoming};
 use crate::refusal::Refusal;
+use crate::response::Response;
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt, TryStreamExt};
 use gapless::sse::{Parser, SseEvent};

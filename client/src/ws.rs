@@ -2,9 +2,9 @@
 //! items.
 
 use crate::error::{within, ClientError};
-use crate::http::DEFAULT_TIMEOUT;
 use crate::incoming::{Closed, Delivered, Incoming};
 use crate::refusal::Refusal;
+use crate::timeout::DEFAULT_TIMEOUT;
 use crate::wire::WsEvent;
 use futures_util::{SinkExt, StreamExt};
 use std::fmt;
