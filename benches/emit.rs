@@ -11,14 +11,15 @@
 //!   emitter by construction). Four emitters on a 2-core machine are
 //!   informational.
 //!
-//! Every store is sized as issue 19 compares them: a ring of 4096 events
-//! configured with `bytes(4096 × (len + 64))` for payloads of `len` bytes
-//! (room for every event it retains), and every peer with the same bounds
-//! (`Mutex<VecDeque>` and the memcpy ring 4096 events and the same bytes;
-//! broadcast and ArrayQueue bound events only). At 16 KiB that is 64 MiB
-//! per store, so each store is built just before its bench function and
-//! dropped right after it: one lives at a time. Every function in a group
-//! emits the same payload. Throughput is in emits per second.
+//! Every store is sized alike, as BENCHMARKS.md's targets compare them: a
+//! ring of 4096 events configured with `bytes(4096 × (len + 64))` for
+//! payloads of `len` bytes (room for every event it retains), and every
+//! peer with the same bounds (`Mutex<VecDeque>` and the memcpy ring 4096
+//! events and the same bytes; broadcast and ArrayQueue bound events only).
+//! At 16 KiB that is 64 MiB per store, so each store is built just before
+//! its bench function and dropped right after it: one lives at a time.
+//! Every function in a group emits the same payload. Throughput is in emits
+//! per second.
 //!
 //! At the end of each group the bench prints, per group, the ring as
 //! configured and as built (`emit/1t/64B ring: events 4096, bytes 524288;

@@ -4,7 +4,8 @@
 //! For each configuration (`events(e).bytes(b)`, powers of two and not):
 //!
 //! - `configured`: `e × 32 + b`, the bytes a ring of `e` events (32-byte
-//!   slots) and `b` payload bytes should cost (issue 19: within 10%),
+//!   slots) and `b` payload bytes should cost (the target: allocated within
+//!   10% of it),
 //! - what `Config::geometry()` resolves it to: slots, arena bytes, the
 //!   largest payload, and `Geometry::footprint()` (slot bytes + arena bytes),
 //! - `allocated`: the bytes `Ring::try_new` requested from the allocator
@@ -38,7 +39,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 mod peers;
 use peers::{EMIT_EVENTS, PAYLOADS, SERVER_BYTES, SERVER_EVENTS};
 
-/// The slot size issue 19 counts a configured event at.
+/// The bytes a configured event counts for in `configured` (its slot).
 const SLOT_BYTES: usize = 32;
 
 /// Bytes currently allocated through [`Counting`] (requested sizes).

@@ -9,7 +9,8 @@
 //! in the same run:
 //!
 //! - `memcpy`: `copy_from_slice` of 1,024,000 bytes into a buffer allocated
-//!   once (the target's reference: issue 19 asks replay ≥ 0.7× this),
+//!   once (the target's reference: replay should reach ≥ 0.7× this
+//!   bandwidth),
 //! - `memcpy_alloc`: `to_vec()` of the same bytes (a fresh allocation per
 //!   replay, as `replay_after` makes),
 //! - `mutex_vecdeque`: lock and clone the 1,000 `(seq, Bytes)` pairs (no

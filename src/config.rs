@@ -411,7 +411,7 @@ mod tests {
         assert_eq!(g.max_payload(), 5 << 19);
     }
 
-    /// Issue 19's bound: within 10% of what was asked, at every size.
+    /// The footprint target: within 10% of what was asked, at every size.
     #[test]
     fn every_size_costs_within_ten_percent_of_what_was_asked() {
         let sizes = (MIN_EVENTS..200).chain([

@@ -1,4 +1,6 @@
-//! The seed's three variants and the session rules, at the engine level
+//! The three migration scenarios (the gap replayed first on the new
+//! transport, an evicted gap refused with its figures, an echoed server id
+//! refused as `cursor_ahead`) and the session rules, at the engine level
 //! (no transport), plus a proptest of the session invariants.
 
 use gapless::session::{

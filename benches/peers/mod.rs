@@ -42,7 +42,8 @@ pub const SERVER_EVENTS: usize = 4096;
 /// `bytes`, the peers' byte bound).
 pub const SERVER_BYTES: usize = 4 << 20;
 
-/// Events of the rings the emit benches compare (issue 19's sizing).
+/// Events of the rings the emit benches compare, each with the `bytes` of
+/// [`room_for`] for its payload size (so every event it retains fits).
 pub const EMIT_EVENTS: usize = 4096;
 /// Bytes allowed per event on top of its payload when a ring is sized to
 /// hold every event it retains ([`room_for`]): more than a record's

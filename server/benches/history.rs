@@ -1,6 +1,6 @@
 //! Emits per second through the reference server, in-process rings only
-//! against `--redis` write-through (issue 12, item 5), side by side in one
-//! run.
+//! against `--redis` write-through (what one round trip to Redis per batch
+//! of emits costs), side by side in one run.
 //!
 //! # What runs
 //!

@@ -1,8 +1,8 @@
-//! A reader that never reads costs bounded memory and slows no one down
-//! (issue 11's figure): with one SSE reader that stopped reading and 50 MiB
-//! of 1 KiB events emitted into its session (server-default ring, 4 MiB),
-//! the process stays under twice the ring's bytes plus 64 MiB resident, and
-//! another session answers every request within a second throughout.
+//! A reader that never reads costs bounded memory and slows no one down:
+//! with one SSE reader that stopped reading and 50 MiB of 1 KiB events
+//! emitted into its session (server-default ring, 4 MiB), the process stays
+//! under twice the ring's bytes plus 64 MiB resident, and another session
+//! answers every request within a second throughout.
 //!
 //! Its own test binary, so no other test allocates in the process while
 //! RSS is measured. Linux only (RSS from `/proc/self/statm`).

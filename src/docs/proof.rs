@@ -34,21 +34,21 @@
 //! - emitters waiting at the wrap spin twice, not 64 times, before they
 //!   park (every spin is a scheduling point for loom).
 //!
-//! The models, one file per protocol in `loom-tests/tests/`:
+//! The models, one file per protocol:
 //!
 //! | file | checks |
 //! | --- | --- |
-//! | `replay_prefix.rs` | a replay racing two emitters is a contiguous, intact prefix; in-order and out-of-order publish; the watermark never stalls below a committed prefix |
-//! | `reader_validation.rs` | a record overwritten during a reader's copy (by an arena lap, including across the end of an arena of odd length, or by a slot lap) is reported evicted or returned intact, never torn |
-//! | `stale_lap_wait.rs` | an emitter a window ahead of a stalled one (in its slot or in its words) waits instead of losing its event |
-//! | `watermark.rs` | the watermark is monotone and never ahead of committed data |
-//! | `follower.rs` | a blocked follower is always woken (no lost wake-up) |
-//! | `store.rs` | store inserts, lookups and removals racing on one key |
-//! | `coverage.rs` | `coverage` and `replay_after` agree while an emitter laps |
-//! | `retention.rs` | replays within the reserve succeed while an emitter is stalled between claim and commit |
-//! | `bracket.rs` | a reader overtaken by a whole seq-field range does not misdecode the claim word |
-//! | `single_writer.rs` | the single writer's plain-store claim and publish: followers woken, readers get intact bytes or a gap |
-//! | `restored.rs` | a ring started after a restored seq runs the same protocol from there |
+//! | `loom-tests/tests/replay_prefix.rs` | a replay racing two emitters is a contiguous, intact prefix; in-order and out-of-order publish; the watermark never stalls below a committed prefix |
+//! | `loom-tests/tests/reader_validation.rs` | a record overwritten during a reader's copy (by an arena lap, including across the end of an arena of odd length, or by a slot lap) is reported evicted or returned intact, never torn |
+//! | `loom-tests/tests/stale_lap_wait.rs` | an emitter a window ahead of a stalled one (in its slot or in its words) waits instead of losing its event |
+//! | `loom-tests/tests/watermark.rs` | the watermark is monotone and never ahead of committed data |
+//! | `loom-tests/tests/follower.rs` | a blocked follower is always woken (no lost wake-up) |
+//! | `loom-tests/tests/store.rs` | store inserts, lookups and removals racing on one key |
+//! | `loom-tests/tests/coverage.rs` | `coverage` and `replay_after` agree while an emitter laps |
+//! | `loom-tests/tests/retention.rs` | replays within the reserve succeed while an emitter is stalled between claim and commit |
+//! | `loom-tests/tests/bracket.rs` | a reader overtaken by a whole seq-field range does not misdecode the claim word |
+//! | `loom-tests/tests/single_writer.rs` | the single writer's plain-store claim and publish: followers woken, readers get intact bytes or a gap |
+//! | `loom-tests/tests/restored.rs` | a ring started after a restored seq runs the same protocol from there |
 //!
 //! Each model asserts that its interesting interleavings were reached, and
 //! was shown to fail on a planted bug. Models that must stall an emitter

@@ -1,4 +1,4 @@
-//! The seed's migration rules, transport-agnostic: per-session cursors, SSE
+//! The session and migration rules, transport-agnostic: per-session cursors, SSE
 //! resume, the upgrade decision, tickets, and a client-side gap detector.
 //!
 //! A session owns a ring and two cursors. `acked` is the highest seq the
@@ -85,7 +85,9 @@ impl Attachment {
 /// How a session decides upgrades.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SessionOptions {
-    /// The seed's strict rule: an upgrade's cursor must equal `acked`.
+    /// Strict mode: an upgrade's cursor must equal `acked`
+    /// ([`Refusal::CursorMismatch`] otherwise). Off by default, when any
+    /// cursor up to `sent` is accepted and the gap after it replayed.
     pub strict: bool,
     /// Quiescent migration: grant an upgrade only when the client has
     /// drained the stream (its cursor equals `published`).
@@ -144,7 +146,8 @@ struct Cursors {
     pending: Option<PendingUpgrade>,
 }
 
-/// One client session: a ring plus the seed's cursor rules.
+/// One client session: a ring plus the cursor rules of resume and upgrade
+/// (the [module docs](crate::session) state them).
 ///
 /// ```
 /// use gapless::session::{Refusal, Session, SessionOptions, Ticket};

@@ -1,5 +1,6 @@
 //! rmcp's default resume path vs `GaplessEventStore`, side by side in one
-//! run, through rmcp's real session layer (issue 10, item 6).
+//! run, through rmcp's real session layer: what a resume costs and what it
+//! returns with each store.
 //!
 //! # What runs
 //!
@@ -11,17 +12,21 @@
 //! do). Two managers, identical but for the store:
 //!
 //! - `rmcp_default`: `LocalSessionManager::default()`. Events go to rmcp's
-//!   private in-memory cache `CachedTx` (`session/local.rs:235-350`): a
+//!   private in-memory cache `CachedTx` (`R/session/local.rs:235-350`): a
 //!   `VecDeque<ServerSseMessage>` per stream capped at
 //!   `session_config.channel_capacity` (16), ids `"<index>/<http request>"`,
 //!   and a resume is `LocalSessionHandle::resume` → `CachedTx::sync`
-//!   (`local.rs:328-350`, `682-717`): skip to the cursor, clone the cached
-//!   `Arc`s into a new channel.
+//!   (`R/session/local.rs:328-350`, `682-717`): skip to the cursor, clone
+//!   the cached `Arc`s into a new channel.
 //! - `gapless`: `LocalSessionManager::default().with_event_store(store)`
 //!   with `GaplessEventStore::new(Config::default())` (1024 events, 1 MiB per
 //!   stream, as the crate docs adopt it). rmcp then calls `store_event`
-//!   before every send (`local.rs:294-309`; it still fills its `CachedTx` as
-//!   well) and a resume is `replay_events_after` (`local.rs:132-143`).
+//!   before every send (`R/session/local.rs:294-309`; it still fills its
+//!   `CachedTx` as well) and a resume is `replay_events_after`
+//!   (`R/session/local.rs:132-143`).
+//!
+//! (`R` = `rmcp-3.11.0/src/transport/streamable_http_server`: rmcp's source
+//! as cargo unpacks it.)
 //!
 //! Per iteration, untimed: a fresh manager and `N` sessions, each opened and
 //! initialized (`create_session`, `initialize_session`). Then, for the `N`

@@ -1,7 +1,7 @@
 //! Ring memory resident in proportion to use, in the server binary, across
 //! session churn: idle server-default sessions holding 10 small events cost
 //! under 256 KiB resident each, also after earlier sessions were deleted
-//! (issue 11's figure; RSS read from `/proc/PID/statm` of the child).
+//! (RSS read from `/proc/PID/statm` of the child).
 
 use crate::support::{bounded, launch};
 use gapless_client::Client;

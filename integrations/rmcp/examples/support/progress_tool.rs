@@ -1,6 +1,7 @@
 //! The progress server of `examples/progress_server.rs`, shared with
-//! `tests/official_client/` (both include this file with `#[path]`; a
-//! directory without `main.rs` is not an example target of its own).
+//! `tests/official_client/` (both include this file with `#[path]`;
+//! `examples/support/` holds no main.rs, so cargo makes no example target
+//! of it).
 
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{ProgressNotificationParam, RequestMetaObject};

@@ -1,4 +1,4 @@
-//! Issue 10, item 5: the OFFICIAL Python MCP client (`mcp` 2.3.0, pinned in
+//! The OFFICIAL Python MCP client (`mcp` 2.3.0, pinned in
 //! `tests/python/requirements.txt`, installed by `scripts/mcp-venv.sh`)
 //! calls the progress tool of an in-process rmcp server through a proxy
 //! that cuts the tool call's stream after N progress notifications; the
