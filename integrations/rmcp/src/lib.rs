@@ -138,6 +138,7 @@ mod record;
 mod replay;
 mod signal;
 mod store;
+mod stream;
 
 pub use id::{ParseIdError, StoreEventId, StreamKey, MAX_ID_LEN, STREAM_KEY_LEN};
 pub use replay::ReplayStream;

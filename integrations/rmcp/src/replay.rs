@@ -2,7 +2,7 @@
 
 use crate::record::{self, Record};
 use crate::signal::{Reason, Signal};
-use crate::store::{is_terminal, StreamEntry};
+use crate::stream::{is_terminal, StreamEntry};
 use futures_core::Stream;
 use gapless::{Event, Follower, ReplayError, Ring};
 use rmcp::model::ServerJsonRpcMessage;
@@ -179,14 +179,7 @@ impl Stream for ReplayStream {
                         Poll::Pending => return Poll::Pending,
                         Poll::Ready(Ok(events)) => following.pending.extend(events),
                         Poll::Ready(Err(ReplayError::Gap(gap))) => {
-                            let mut signal = Signal::new(
-                                Reason::GapNotCovered,
-                                &following.last_id,
-                                gap.to_string(),
-                            );
-                            signal.cursor = Some(gap.cursor);
-                            signal.first_retained = Some(gap.first_retained);
-                            signal.evicted = Some(gap.evicted);
+                            let signal = Signal::gap(&gap, &following.last_id);
                             this.state = following.signal(signal);
                         }
                         Poll::Ready(Err(ReplayError::Ahead { cursor, published })) => {

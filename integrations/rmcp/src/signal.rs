@@ -1,5 +1,6 @@
 //! The explicit signal a replay sends instead of a silent jump.
 
+use gapless::Gap;
 use rmcp::model::{ErrorCode, ErrorData, NumberOrString, RequestId, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_server::session::ServerSseMessage;
 use serde_json::{json, Value};
@@ -75,6 +76,17 @@ impl Signal {
             request_id: None,
             detail,
         }
+    }
+
+    /// The [`Reason::GapNotCovered`] signal of `gap`, the ring's figures:
+    /// the one way to build it, whether a resume finds the gap at its start
+    /// or while following live. The caller adds the request's id.
+    pub(crate) fn gap(gap: &Gap, last_event_id: &str) -> Self {
+        let mut signal = Self::new(Reason::GapNotCovered, last_event_id, gap.to_string());
+        signal.cursor = Some(gap.cursor);
+        signal.first_retained = Some(gap.first_retained);
+        signal.evicted = Some(gap.evicted);
+        signal
     }
 
     pub(crate) fn data(&self) -> Value {

@@ -4,80 +4,14 @@ use crate::id::{StoreEventId, StreamKey};
 use crate::record::{self, Record};
 use crate::replay::ReplayStream;
 use crate::signal::{Reason, Signal};
+use crate::stream::{is_terminal, StreamEntry};
 use gapless::{Config, ConfigError, Coverage, EmitError, Ring, Store};
-use rmcp::model::{RequestId, ServerJsonRpcMessage, ServerNotification};
+use rmcp::model::ServerJsonRpcMessage;
 use rmcp::transport::streamable_http_server::session::{
     EventId, EventStore, EventStoreError, EventStream, ServerSseMessage,
 };
 use std::convert::Infallible;
-use std::sync::{Arc, OnceLock};
-
-/// One rmcp stream: its ring and what the store learned about it.
-#[derive(Debug)]
-pub(crate) struct StreamEntry {
-    pub(crate) key: StreamKey,
-    pub(crate) ring: Arc<Ring>,
-    /// The token of the first `notifications/progress` stored on the
-    /// stream: the request's id for the official clients.
-    progress_id: OnceLock<RequestId>,
-    /// The id of the response or error stored on the stream.
-    response_id: OnceLock<RequestId>,
-}
-
-impl StreamEntry {
-    /// The affected request's id, if the store could learn it: the id of the
-    /// stream's response or error, else the token of its first progress
-    /// notification.
-    pub(crate) fn request_id(&self) -> Option<RequestId> {
-        self.response_id
-            .get()
-            .or_else(|| self.progress_id.get())
-            .cloned()
-    }
-
-    pub(crate) fn event_id(&self, seq: u64) -> String {
-        StoreEventId {
-            key: self.key,
-            event: gapless::EventId {
-                epoch: self.ring.epoch(),
-                seq,
-            },
-        }
-        .to_string()
-    }
-
-    fn learn(&self, message: &ServerJsonRpcMessage) {
-        match message {
-            ServerJsonRpcMessage::Notification(notification) => {
-                if let ServerNotification::ProgressNotification(progress) =
-                    &notification.notification
-                {
-                    let _ = self
-                        .progress_id
-                        .set(progress.params.progress_token.0.clone());
-                }
-            }
-            ServerJsonRpcMessage::Response(response) => {
-                let _ = self.response_id.set(response.id.clone());
-            }
-            ServerJsonRpcMessage::Error(error) => {
-                if let Some(id) = &error.id {
-                    let _ = self.response_id.set(id.clone());
-                }
-            }
-            ServerJsonRpcMessage::Request(_) => {}
-        }
-    }
-}
-
-/// Whether a message ends its request's stream: rmcp sends a request
-/// stream's response or error last and closes the stream after it.
-pub(crate) fn is_terminal(message: &ServerJsonRpcMessage) -> bool {
-    matches!(
-        message,
-        ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_)
-    )
-}
+use std::sync::Arc;
 
 /// rmcp's [`EventStore`] on gapless: one ring per rmcp stream, replays that
 /// are exact or say why not.
@@ -169,12 +103,7 @@ impl GaplessEventStore {
                 .get_or_try_insert_with(stream_id.to_owned(), || Ok(StreamKey::random())),
         );
         let (entry, _) = infallible(self.rings.get_or_try_insert_with(*key, || {
-            Ok(StreamEntry {
-                key: *key,
-                ring: Arc::new(Ring::new(self.config)),
-                progress_id: OnceLock::new(),
-                response_id: OnceLock::new(),
-            })
+            Ok(StreamEntry::new(*key, Arc::new(Ring::new(self.config))))
         }));
         entry
     }
@@ -249,10 +178,7 @@ impl GaplessEventStore {
                 ))
             }
             Coverage::Gap(gap) => {
-                let mut signal = Signal::new(Reason::GapNotCovered, last_event_id, gap.to_string());
-                signal.cursor = Some(gap.cursor);
-                signal.first_retained = Some(gap.first_retained);
-                signal.evicted = Some(gap.evicted);
+                let mut signal = Signal::gap(&gap, last_event_id);
                 signal.request_id = entry.request_id();
                 return ReplayStream::signal(signal, last_event_id);
             }
