@@ -1,7 +1,8 @@
 //! Every error and refusal the engine returns, in one place: what a ring
 //! reports instead of a silent skip ([`ReplayError`], [`Coverage`],
-//! [`Gap`]), what an emit or a read can fail with, and why a
-//! configuration or a wire form is rejected.
+//! [`Gap`]), what an emit or a read can fail with, why a
+//! configuration or a wire form is rejected, and that the OS random source
+//! failed to draw an id.
 //!
 //! The common ones are re-exported at the crate root.
 //!
@@ -15,6 +16,7 @@ use std::fmt;
 
 pub use crate::config::ConfigError;
 pub use crate::event_id::ParseEventIdError;
+pub use crate::id::{ParseIdError, RandomSourceError};
 pub use crate::session::ParseTicketError;
 pub use crate::sse::SseError;
 

@@ -72,6 +72,8 @@
 //! - [`config`]: sizing ([`Config`], [`Geometry`]) and every size limit.
 //! - [`error`]: every error and refusal the engine returns.
 //! - [`event_id`]: the wire form of an event ID.
+//! - [`id`]: 128-bit random ids that are credentials (tickets, session
+//!   IDs): one type, a strict parser, redacted `Debug`, a log tag.
 //! - [`session`]: the migration rules (cursors, resume, upgrade, tickets),
 //!   transport-agnostic.
 //! - [`sse`]: the server-sent-events encoder and decoder.
@@ -102,6 +104,7 @@ pub mod error;
 mod event;
 pub mod event_id;
 mod follower;
+pub mod id;
 mod notify;
 mod read;
 mod replay;

@@ -24,6 +24,11 @@ fn id(session: &Session, seq: u64) -> EventId {
     }
 }
 
+/// The ticket whose 16 bytes are all `n`.
+fn ticket(n: u8) -> Ticket {
+    Ticket::from_bytes([n; 16])
+}
+
 /// Emits `n` events and marks them all sent (the SSE stream wrote them).
 fn emit_and_send(session: &Session, n: u64) {
     for _ in 0..n {
@@ -41,10 +46,10 @@ fn variant_1_the_gap_is_replayed_first_on_the_new_transport() {
     // the client reconnects.
     emit_and_send(&s, 3);
     let now = Instant::now();
-    let grant = s.begin_upgrade(id(&s, 10), Ticket([1; 16]), now).unwrap();
+    let grant = s.begin_upgrade(id(&s, 10), ticket(1), now).unwrap();
     assert_eq!((grant.replay_from, grant.replay_to), (11, 13));
     s.ring().emit(b"{}").unwrap(); // 14 arrives before the handshake
-    let (grant, attachment) = s.complete_upgrade(&Ticket([1; 16]), now).unwrap();
+    let (grant, attachment) = s.complete_upgrade(&ticket(1), now).unwrap();
     assert_eq!(attachment.transport(), Transport::WebSocket);
     assert_eq!((grant.replay_from, grant.replay_to), (11, 14));
     let replay: Vec<u64> = s
@@ -62,7 +67,7 @@ fn variant_2_an_evicted_gap_is_refused_with_its_figures() {
     let s = session(4, SessionOptions::default());
     emit_and_send(&s, 10);
     let refusal = s
-        .begin_upgrade(id(&s, 2), Ticket([1; 16]), Instant::now())
+        .begin_upgrade(id(&s, 2), ticket(1), Instant::now())
         .unwrap_err();
     assert_eq!(
         refusal,
@@ -100,7 +105,7 @@ fn after_a_reported_gap_the_client_may_go_on_from_first_retained_minus_one() {
     assert_eq!((grant.replay_from, grant.replay_to), (7, 10));
     // Anything beyond what it was sent or told is still refused.
     assert!(matches!(
-        s.begin_upgrade(id(&s, 8), Ticket([1; 16]), Instant::now()),
+        s.begin_upgrade(id(&s, 8), ticket(1), Instant::now()),
         Err(Refusal::CursorAhead { sent: 6, .. })
     ));
     let state = s.state();
@@ -115,7 +120,7 @@ fn variant_3_an_echoed_server_id_is_refused_as_cursor_ahead() {
     s.ring().emit(b"{}").unwrap();
     s.ring().emit(b"{}").unwrap();
     let refusal = s
-        .begin_upgrade(id(&s, 13), Ticket([1; 16]), Instant::now())
+        .begin_upgrade(id(&s, 13), ticket(1), Instant::now())
         .unwrap_err();
     assert_eq!(
         refusal,
@@ -148,7 +153,7 @@ fn a_foreign_epoch_is_refused_everywhere() {
     assert_eq!(s.resume_sse(foreign).unwrap_err(), expected);
     assert_eq!(s.ack(foreign).unwrap_err(), expected);
     assert_eq!(
-        s.begin_upgrade(foreign, Ticket([1; 16]), Instant::now())
+        s.begin_upgrade(foreign, ticket(1), Instant::now())
             .unwrap_err(),
         expected
     );
@@ -166,14 +171,14 @@ fn strict_mode_requires_the_acked_cursor() {
     emit_and_send(&s, 5);
     s.ack(id(&s, 3)).unwrap();
     assert_eq!(
-        s.begin_upgrade(id(&s, 4), Ticket([1; 16]), Instant::now()),
+        s.begin_upgrade(id(&s, 4), ticket(1), Instant::now()),
         Err(Refusal::CursorMismatch {
             cursor: 4,
             acked: 3
         })
     );
     assert!(s
-        .begin_upgrade(id(&s, 3), Ticket([1; 16]), Instant::now())
+        .begin_upgrade(id(&s, 3), ticket(1), Instant::now())
         .is_ok());
 }
 
@@ -188,14 +193,14 @@ fn drain_mode_grants_only_a_quiescent_migration() {
     );
     emit_and_send(&s, 5);
     assert_eq!(
-        s.begin_upgrade(id(&s, 3), Ticket([1; 16]), Instant::now()),
+        s.begin_upgrade(id(&s, 3), ticket(1), Instant::now()),
         Err(Refusal::NotDrained {
             cursor: 3,
             published: 5
         })
     );
     let grant = s
-        .begin_upgrade(id(&s, 5), Ticket([1; 16]), Instant::now())
+        .begin_upgrade(id(&s, 5), ticket(1), Instant::now())
         .unwrap();
     assert!(grant.replay_from > grant.replay_to, "nothing to replay");
 }
@@ -205,30 +210,30 @@ fn one_migration_in_flight_and_tickets_are_single_use_and_expire() {
     let s = session(64, SessionOptions::default());
     emit_and_send(&s, 2);
     let t0 = Instant::now();
-    s.begin_upgrade(id(&s, 1), Ticket([1; 16]), t0).unwrap();
+    s.begin_upgrade(id(&s, 1), ticket(1), t0).unwrap();
     assert_eq!(
-        s.begin_upgrade(id(&s, 1), Ticket([2; 16]), t0),
+        s.begin_upgrade(id(&s, 1), ticket(2), t0),
         Err(Refusal::MigrationInProgress)
     );
     assert_eq!(
-        s.complete_upgrade(&Ticket([9; 16]), t0).unwrap_err(),
+        s.complete_upgrade(&ticket(9), t0).unwrap_err(),
         Refusal::BadTicket,
         "a wrong ticket"
     );
-    assert!(s.complete_upgrade(&Ticket([1; 16]), t0).is_ok());
+    assert!(s.complete_upgrade(&ticket(1), t0).is_ok());
     assert_eq!(
-        s.complete_upgrade(&Ticket([1; 16]), t0).unwrap_err(),
+        s.complete_upgrade(&ticket(1), t0).unwrap_err(),
         Refusal::BadTicket,
         "used twice"
     );
     // Expiry: a ticket older than the TTL is refused and frees the slot.
-    s.begin_upgrade(id(&s, 2), Ticket([3; 16]), t0).unwrap();
+    s.begin_upgrade(id(&s, 2), ticket(3), t0).unwrap();
     let later = t0 + Duration::from_secs(31);
     assert_eq!(
-        s.complete_upgrade(&Ticket([3; 16]), later).unwrap_err(),
+        s.complete_upgrade(&ticket(3), later).unwrap_err(),
         Refusal::BadTicket
     );
-    assert!(s.begin_upgrade(id(&s, 2), Ticket([4; 16]), later).is_ok());
+    assert!(s.begin_upgrade(id(&s, 2), ticket(4), later).is_ok());
 }
 
 #[test]
@@ -236,12 +241,12 @@ fn eviction_between_upgrade_and_handshake_is_refused_at_the_handshake() {
     let s = session(4, SessionOptions::default());
     emit_and_send(&s, 4);
     let now = Instant::now();
-    s.begin_upgrade(id(&s, 1), Ticket([1; 16]), now).unwrap();
+    s.begin_upgrade(id(&s, 1), ticket(1), now).unwrap();
     for _ in 0..4 {
         s.ring().emit(b"{}").unwrap();
     }
     assert!(matches!(
-        s.complete_upgrade(&Ticket([1; 16]), now),
+        s.complete_upgrade(&ticket(1), now),
         Err(Refusal::GapNotCovered { cursor: 1, .. })
     ));
 }
@@ -252,11 +257,9 @@ fn attachments_supersede_each_other_and_detach_only_their_own() {
     emit_and_send(&s, 1);
     let (_, sse) = s.resume_sse(id(&s, 0)).unwrap();
     assert_eq!(s.state().transport, Transport::Sse);
-    s.begin_upgrade(id(&s, 1), Ticket([1; 16]), Instant::now())
+    s.begin_upgrade(id(&s, 1), ticket(1), Instant::now())
         .unwrap();
-    let (_, ws) = s
-        .complete_upgrade(&Ticket([1; 16]), Instant::now())
-        .unwrap();
+    let (_, ws) = s.complete_upgrade(&ticket(1), Instant::now()).unwrap();
     assert!(!s.is_current(&sse), "the SSE stream must close");
     assert!(s.is_current(&ws));
     s.detach(&sse);
@@ -393,7 +396,7 @@ proptest! {
                     let c = cursor(&s, pick);
                     let cursor_id = EventId { epoch: s.epoch() ^ u64::from(foreign), seq: c };
                     ticket_no = ticket_no.wrapping_add(1);
-                    let ticket = Ticket([ticket_no; 16]);
+                    let ticket = Ticket::from_bytes([ticket_no; 16]);
                     match s.begin_upgrade(cursor_id, ticket, now) {
                         Ok(grant) => {
                             prop_assert!(!foreign);
@@ -408,7 +411,7 @@ proptest! {
                 Op::Handshake(right) => {
                     let ticket = match granted {
                         Some((t, _)) if right => t,
-                        _ => Ticket([0xee; 16]),
+                        _ => Ticket::from_bytes([0xee; 16]),
                     };
                     let right = right && granted.is_some();
                     match s.complete_upgrade(&ticket, now) {

@@ -98,6 +98,7 @@ fuzz_target!(|input: Input| {
         epoch: if foreign { EPOCH ^ 1 } else { EPOCH },
         seq: u64::from(seq),
     };
+    let ticket_of = |n: u8| Ticket::from_bytes([n; 16]);
     let mut now = Instant::now();
     let mut granted: Option<(u8, u64)> = None;
     for op in input.ops.into_iter().take(256) {
@@ -129,7 +130,7 @@ fuzz_target!(|input: Input| {
                 seq,
                 foreign,
                 ticket,
-            } => match session.begin_upgrade(id(seq, foreign), Ticket([ticket; 16]), now) {
+            } => match session.begin_upgrade(id(seq, foreign), ticket_of(ticket), now) {
                 Ok(grant) => {
                     assert!(!foreign);
                     assert_eq!(grant.replay_from, u64::from(seq) + 1);
@@ -138,25 +139,22 @@ fuzz_target!(|input: Input| {
                 }
                 Err(refusal) => check(&session, refusal, u64::from(seq)),
             },
-            Op::Handshake { ticket } => {
-                match session.complete_upgrade(&Ticket([ticket; 16]), now) {
-                    Ok((grant, attachment)) => {
-                        let (expected_ticket, cursor) =
-                            granted.take().expect("a ticket was granted");
-                        assert_eq!(expected_ticket, ticket);
-                        assert_eq!(grant.replay_from, cursor + 1, "first frame is cursor + 1");
-                        assert_eq!(attachment.transport(), Transport::WebSocket);
-                    }
-                    Err(refusal) => {
-                        if let Some((expected_ticket, cursor)) = granted {
-                            if expected_ticket == ticket {
-                                granted = None;
-                                check(&session, refusal, cursor);
-                            }
+            Op::Handshake { ticket } => match session.complete_upgrade(&ticket_of(ticket), now) {
+                Ok((grant, attachment)) => {
+                    let (expected_ticket, cursor) = granted.take().expect("a ticket was granted");
+                    assert_eq!(expected_ticket, ticket);
+                    assert_eq!(grant.replay_from, cursor + 1, "first frame is cursor + 1");
+                    assert_eq!(attachment.transport(), Transport::WebSocket);
+                }
+                Err(refusal) => {
+                    if let Some((expected_ticket, cursor)) = granted {
+                        if expected_ticket == ticket {
+                            granted = None;
+                            check(&session, refusal, cursor);
                         }
                     }
                 }
-            }
+            },
             Op::Wait(seconds) => now += Duration::from_secs(u64::from(seconds)),
             Op::Close => {
                 session.close();

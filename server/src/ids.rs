@@ -1,46 +1,19 @@
 //! Session IDs: 128 bits from the operating system's CSPRNG, printed as 32
-//! lowercase hex digits.
+//! lowercase hex digits ([`gapless::id::Id`]).
 
-use std::fmt;
-use std::str::FromStr;
+use gapless::id::{Id, Kind};
+
+/// Marks an [`Id`] as a [`SessionId`].
+#[derive(Debug)]
+pub enum SessionKind {}
+
+impl Kind for SessionKind {
+    const NAME: &'static str = "SessionId";
+}
 
 /// An unguessable, never-reused session identifier.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct SessionId([u8; 16]);
-
-impl SessionId {
-    /// A fresh ID from the OS CSPRNG.
-    ///
-    /// # Errors
-    /// The OS random source failed (the server answers 500 rather than issue
-    /// a guessable ID).
-    pub fn random() -> Result<Self, getrandom::Error> {
-        Ok(Self(random_bytes()?))
-    }
-}
-
-/// 16 bytes from the OS CSPRNG (session IDs and upgrade tickets).
-pub(crate) fn random_bytes() -> Result<[u8; 16], getrandom::Error> {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes)?;
-    Ok(bytes)
-}
-
-impl fmt::Display for SessionId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
-    }
-}
-
-impl fmt::Debug for SessionId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SessionId({self})")
-    }
-}
-
-impl FromStr for SessionId {
-    type Err = gapless::session::ParseTicketError;
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        gapless::session::parse_hex128(text).map(Self)
-    }
-}
+///
+/// [`SessionId::random`] draws it from the OS CSPRNG and fails if that
+/// source does (the server answers 500 rather than issue a guessable ID).
+/// `Debug` prints only its tag.
+pub type SessionId = Id<SessionKind>;

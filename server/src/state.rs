@@ -505,7 +505,7 @@ pub(crate) enum CreateError {
     /// `max_sessions` are live.
     TooMany,
     /// The OS random source failed (no guessable ID is issued instead).
-    Random(getrandom::Error),
+    Random(gapless::id::RandomSourceError),
     /// The configured ring geometry is invalid or cannot be allocated.
     Ring(ConfigError),
     /// The shared history is unavailable.
@@ -529,7 +529,7 @@ impl std::fmt::Display for CreateError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::TooMany => f.write_str("the session limit is reached"),
-            Self::Random(error) => write!(f, "OS random source: {error}"),
+            Self::Random(error) => error.fmt(f),
             Self::Ring(error) => write!(f, "session ring: {error}"),
             Self::History(error) => error.fmt(f),
         }

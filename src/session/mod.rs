@@ -20,7 +20,7 @@ mod ticket;
 
 pub use detector::{GapDetector, SilentGap};
 pub use refusal::Refusal;
-pub use ticket::{parse_hex128, ParseTicketError, Ticket, TICKET_TTL};
+pub use ticket::{parse_hex128, ParseTicketError, Ticket, TicketKind, TICKET_TTL};
 
 use crate::error::Coverage;
 use crate::event_id::EventId;
@@ -162,13 +162,13 @@ struct Cursors {
 /// session.record_sent(13); // the SSE stream wrote 1..=13
 /// // The client processed 10 and upgrades with its true cursor: 11..=13 come first.
 /// let now = Instant::now();
-/// let grant = session.begin_upgrade(EventId { epoch, seq: 10 }, Ticket([7; 16]), now)?;
+/// let grant = session.begin_upgrade(EventId { epoch, seq: 10 }, Ticket::from_bytes([7; 16]), now)?;
 /// assert_eq!((grant.replay_from, grant.replay_to), (11, 13));
-/// let (grant, _attachment) = session.complete_upgrade(&Ticket([7; 16]), now)?;
+/// let (grant, _attachment) = session.complete_upgrade(&Ticket::from_bytes([7; 16]), now)?;
 /// assert_eq!(grant.replay_from, 11);
 /// // An echoed server ID (the echoed-ID case) would have been refused:
 /// assert!(matches!(
-///     session.begin_upgrade(EventId { epoch, seq: 99 }, Ticket([8; 16]), now),
+///     session.begin_upgrade(EventId { epoch, seq: 99 }, Ticket::from_bytes([8; 16]), now),
 ///     Err(Refusal::CursorAhead { cursor: 99, sent: 13, .. })
 /// ));
 /// # Ok::<(), Refusal>(())
@@ -377,13 +377,13 @@ impl Session {
     /// let session = Session::new(Ring::new(Config::default()), SessionOptions::default());
     /// let cursor = EventId { epoch: session.epoch(), seq: 0 };
     /// let now = Instant::now();
-    /// session.begin_upgrade(cursor, Ticket([1; 16]), now)?;
+    /// session.begin_upgrade(cursor, Ticket::from_bytes([1; 16]), now)?;
     /// assert_eq!(
-    ///     session.begin_upgrade(cursor, Ticket([2; 16]), now),
+    ///     session.begin_upgrade(cursor, Ticket::from_bytes([2; 16]), now),
     ///     Err(Refusal::MigrationInProgress)
     /// );
-    /// assert!(session.cancel_upgrade(&Ticket([1; 16])));
-    /// assert!(session.begin_upgrade(cursor, Ticket([2; 16]), now).is_ok());
+    /// assert!(session.cancel_upgrade(&Ticket::from_bytes([1; 16])));
+    /// assert!(session.begin_upgrade(cursor, Ticket::from_bytes([2; 16]), now).is_ok());
     /// # Ok::<(), Refusal>(())
     /// ```
     pub fn cancel_upgrade(&self, ticket: &Ticket) -> bool {

@@ -12,6 +12,7 @@
 //! e.g. `3f0c9a5e1d2b4c6a8e7f90123456789a.00c0ffee12345678-42`. The part after
 //! the dot is exactly a [`gapless::EventId`].
 
+use gapless::id::{Id, Kind};
 use std::fmt;
 use std::str::FromStr;
 
@@ -21,51 +22,24 @@ pub const STREAM_KEY_LEN: usize = 32;
 /// Longest valid event id: a key, a dot and a [`gapless::EventId`].
 pub const MAX_ID_LEN: usize = STREAM_KEY_LEN + 1 + gapless::event_id::MAX_EVENT_ID_LEN;
 
+/// Marks a [`gapless::id::Id`] as a [`StreamKey`].
+#[derive(Debug)]
+pub enum StreamKeyKind {}
+
+impl Kind for StreamKeyKind {
+    const NAME: &'static str = "StreamKey";
+}
+
 /// A random 128-bit key naming one rmcp stream in event ids; printed as 32
-/// lowercase hex digits.
+/// lowercase hex digits, and in `Debug` only as its tag.
 ///
 /// It is unguessable on purpose: rmcp hands a stateless `GET` with a
 /// `Last-Event-ID` straight to the store, with no session check, so knowing
-/// a key is what entitles a client to a stream's events.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct StreamKey(pub u128);
-
-impl StreamKey {
-    /// A fresh key from the operating system's random source.
-    ///
-    /// If that source fails (it does not on supported platforms), the key
-    /// comes from std's randomly seeded SipHash instead, which the OS also
-    /// seeds: still unpredictable to a client, never an error.
-    pub fn random() -> Self {
-        let mut bytes = [0u8; 16];
-        if getrandom::fill(&mut bytes).is_ok() {
-            return Self(u128::from_le_bytes(bytes));
-        }
-        use std::hash::{BuildHasher, Hasher};
-        let half = || {
-            let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-            hasher.write_u128(
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_nanos()),
-            );
-            u128::from(hasher.finish())
-        };
-        Self((half() << 64) | half())
-    }
-}
-
-impl fmt::Display for StreamKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:032x}", self.0)
-    }
-}
-
-impl fmt::Debug for StreamKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "StreamKey({self})")
-    }
-}
+/// a key is what entitles a client to a stream's events. `StreamKey::random`
+/// draws it from the operating system's random source, and if that source
+/// fails it is an error (the store's `store_event` returns it), never a
+/// weaker key.
+pub type StreamKey = Id<StreamKeyKind>;
 
 /// One event's id as this store writes it: its stream's key, the stream
 /// ring's epoch and the event's seq.
@@ -124,10 +98,6 @@ impl std::error::Error for ParseIdError {
     }
 }
 
-fn is_lower_hex(byte: u8) -> bool {
-    byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte)
-}
-
 impl FromStr for StoreEventId {
     type Err = ParseIdError;
 
@@ -140,19 +110,14 @@ impl FromStr for StoreEventId {
             return Err(ParseIdError::MissingDot);
         };
         let (key, rest) = (&bytes[..dot], &bytes[dot + 1..]);
-        if key.len() != STREAM_KEY_LEN || !key.iter().all(|&b| is_lower_hex(b)) {
-            return Err(ParseIdError::BadKey);
-        }
-        // All ASCII hex, so the slice is valid UTF-8 and parses.
+        // `StreamKey`'s parser: exactly 32 lowercase hex digits. The key
+        // ends before an ASCII `.`, so it is valid UTF-8.
         let key = std::str::from_utf8(key)
             .ok()
-            .and_then(|k| u128::from_str_radix(k, 16).ok())
+            .and_then(|key| key.parse::<StreamKey>().ok())
             .ok_or(ParseIdError::BadKey)?;
         let event = gapless::EventId::parse(rest).map_err(ParseIdError::BadEvent)?;
-        Ok(Self {
-            key: StreamKey(key),
-            event,
-        })
+        Ok(Self { key, event })
     }
 }
 
@@ -163,6 +128,10 @@ mod tests {
 
     const KEY: &str = "3f0c9a5e1d2b4c6a8e7f90123456789a";
 
+    fn is_lower_hex(byte: u8) -> bool {
+        byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte)
+    }
+
     fn parse(text: &str) -> Result<StoreEventId, ParseIdError> {
         text.parse()
     }
@@ -170,7 +139,9 @@ mod tests {
     #[test]
     fn round_trips() {
         let id = StoreEventId {
-            key: StreamKey(0x3f0c_9a5e_1d2b_4c6a_8e7f_9012_3456_789a),
+            key: StreamKey::from_bytes(
+                0x3f0c_9a5e_1d2b_4c6a_8e7f_9012_3456_789a_u128.to_be_bytes(),
+            ),
             event: EventId {
                 epoch: 0x00c0_ffee_1234_5678,
                 seq: 42,
@@ -180,7 +151,7 @@ mod tests {
         assert_eq!(text, format!("{KEY}.00c0ffee12345678-42"));
         assert_eq!(parse(&text), Ok(id));
         let max = StoreEventId {
-            key: StreamKey(u128::MAX),
+            key: StreamKey::from_bytes([0xff; 16]),
             event: EventId {
                 epoch: u64::MAX,
                 seq: u64::MAX,
@@ -189,7 +160,7 @@ mod tests {
         assert_eq!(max.to_string().len(), MAX_ID_LEN);
         assert_eq!(parse(&max.to_string()), Ok(max));
         let zero = StoreEventId {
-            key: StreamKey(0),
+            key: StreamKey::from_bytes([0; 16]),
             event: EventId { epoch: 0, seq: 0 },
         };
         assert_eq!(parse(&zero.to_string()), Ok(zero));
@@ -315,11 +286,17 @@ mod tests {
 
     #[test]
     fn random_keys_differ_and_print_32_lowercase_hex() {
-        let a = StreamKey::random();
-        let b = StreamKey::random();
+        let a = StreamKey::random().expect("the OS random source");
+        let b = StreamKey::random().expect("the OS random source");
         assert_ne!(a, b);
         let text = a.to_string();
         assert_eq!(text.len(), STREAM_KEY_LEN);
         assert!(text.bytes().all(is_lower_hex));
+        // Keys are credentials: `Debug` (also of an event id) is redacted.
+        let id = StoreEventId {
+            key: a,
+            event: EventId { epoch: 1, seq: 2 },
+        };
+        assert!(!format!("{id:?}").contains(&text));
     }
 }

@@ -42,8 +42,10 @@
 //! the JSON `serde_json::to_vec` writes for it (the bytes rmcp sends live; a
 //! replay parses and rmcp re-serialises them to the same bytes), an event
 //! without a message (rmcp's priming event) as a short marker that keeps its
-//! `retry:` hint. [`EventStore::store_event`] never returns `Err` (rmcp would
-//! lose the message or cancel the request): a message larger than the ring
+//! `retry:` hint. [`EventStore::store_event`] returns `Err` (rmcp would
+//! lose the message or cancel the request) only when the operating system's
+//! random source fails to draw a new stream's key: an error, never a
+//! guessable key ([`gapless::id::Id::random`]). A message larger than the ring
 //! takes (`Config::bytes`) is stored as a placeholder, rmcp still sends it
 //! live under the placeholder's id, and a replay that reaches it reports it
 //! lost (below). Events stay replayable after the response, until the ring
@@ -140,7 +142,7 @@ mod signal;
 mod store;
 mod stream;
 
-pub use id::{ParseIdError, StoreEventId, StreamKey, MAX_ID_LEN, STREAM_KEY_LEN};
+pub use id::{ParseIdError, StoreEventId, StreamKey, StreamKeyKind, MAX_ID_LEN, STREAM_KEY_LEN};
 pub use replay::ReplayStream;
 pub use signal::{Reason, EVENTS_LOST, UNKNOWN_REQUEST_ID};
 pub use store::GaplessEventStore;

@@ -5,6 +5,7 @@ use crate::record::{self, Record};
 use crate::replay::ReplayStream;
 use crate::signal::{Reason, Signal};
 use crate::stream::{is_terminal, StreamEntry};
+use gapless::id::RandomSourceError;
 use gapless::{Config, ConfigError, Coverage, EmitError, Ring, Store};
 use rmcp::model::ServerJsonRpcMessage;
 use rmcp::transport::streamable_http_server::session::{
@@ -92,27 +93,36 @@ impl GaplessEventStore {
         usize::from(self.remove_stream(&format!("{session_id}:common")))
     }
 
-    fn entry(&self, stream_id: &str) -> Arc<StreamEntry> {
+    fn entry(&self, stream_id: &str) -> Result<Arc<StreamEntry>, RandomSourceError> {
         if let Some(key) = self.streams.get(stream_id) {
             if let Some(entry) = self.rings.get(&*key) {
-                return entry;
+                return Ok(entry);
             }
         }
-        let (key, _) = infallible(
-            self.streams
-                .get_or_try_insert_with(stream_id.to_owned(), || Ok(StreamKey::random())),
-        );
+        // A new stream's key: a failing OS random source is an error, never
+        // a guessable key.
+        let (key, _) = self
+            .streams
+            .get_or_try_insert_with(stream_id.to_owned(), StreamKey::random)?;
         let (entry, _) = infallible(self.rings.get_or_try_insert_with(*key, || {
             Ok(StreamEntry::new(*key, Arc::new(Ring::new(self.config))))
         }));
-        entry
+        Ok(entry)
     }
 
-    /// Stores one event of rmcp stream `stream_id` and returns its id. Never
-    /// fails: a message larger than the ring is stored as a placeholder that
-    /// a replay reports as lost (the live send still carries the message).
-    pub fn store(&self, stream_id: &str, event: &ServerSseMessage) -> String {
-        let entry = self.entry(stream_id);
+    /// Stores one event of rmcp stream `stream_id` and returns its id. A
+    /// message larger than the ring is stored as a placeholder that a replay
+    /// reports as lost (the live send still carries the message).
+    ///
+    /// # Errors
+    /// [`RandomSourceError`] only if the stream is new and the OS random
+    /// source fails to draw its key (nothing is stored).
+    pub fn store(
+        &self,
+        stream_id: &str,
+        event: &ServerSseMessage,
+    ) -> Result<String, RandomSourceError> {
+        let entry = self.entry(stream_id)?;
         let payload = match &event.message {
             Some(message) => {
                 entry.learn(message);
@@ -131,7 +141,7 @@ impl GaplessEventStore {
             },
             Err(error) => unreachable!("a single emit is never a batch: {error}"),
         };
-        entry.event_id(seq)
+        Ok(entry.event_id(seq))
     }
 
     /// The events of the cursor's stream strictly after it, then the
@@ -214,7 +224,7 @@ impl EventStore for GaplessEventStore {
         stream_id: &str,
         event: &ServerSseMessage,
     ) -> Result<EventId, EventStoreError> {
-        Ok(self.store(stream_id, event))
+        Ok(self.store(stream_id, event)?)
     }
 
     async fn replay_events_after(

@@ -5,7 +5,6 @@
 use crate::delivery::{self, copy_replay, Attached, NotReplayed, StreamSlot};
 use crate::error::ApiError;
 use crate::extract::{CursorJson, SessionEntry};
-use crate::ids::random_bytes;
 use crate::metrics::Stage;
 use crate::state::AppState;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
@@ -39,7 +38,7 @@ pub(crate) async fn upgrade(
             entry.session.cancel_upgrade(&pending);
         }
     }
-    let ticket = Ticket(random_bytes().map_err(|e| ApiError::Internal(e.to_string()))?);
+    let ticket = Ticket::random().map_err(|e| ApiError::Internal(e.to_string()))?;
     let begun = entry.session.begin_upgrade(cursor, ticket, now);
     // With a shared history the cursors, and a granted ticket, are recorded
     // there before the answer, so the handshake may reach any instance; if

@@ -123,22 +123,18 @@ pub struct HistoryConfig {
     pub idle: Duration,
 }
 
-/// An owner's lease token: 128 random bits, one per session per instance.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Token([u8; 16]);
+/// Marks a [`gapless::id::Id`] as a lease [`Token`].
+#[derive(Debug)]
+pub(crate) enum LeaseKind {}
 
-impl Token {
-    /// A fresh token from the OS CSPRNG.
-    pub(crate) fn random() -> Result<Self, getrandom::Error> {
-        crate::ids::random_bytes().map(Self)
-    }
+impl gapless::id::Kind for LeaseKind {
+    const NAME: &'static str = "LeaseToken";
 }
 
-impl fmt::Display for Token {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
-    }
-}
+/// An owner's lease token: 128 random bits from the OS CSPRNG
+/// (`Token::random`), one per session per instance; printed as 32
+/// lowercase hex digits in Redis, only its tag in `Debug`.
+pub(crate) type Token = gapless::id::Id<LeaseKind>;
 
 /// A session as the history holds it: its meta and a run of its events.
 #[derive(Clone, Debug, PartialEq, Eq)]
