@@ -1,7 +1,16 @@
 //! Ring sizing: what a user asks for ([`Config`]), what the ring builds
-//! from it ([`Geometry`]), and every size limit of the engine.
+//! from it ([`Geometry`]), why it cannot build it ([`ConfigError`]), and
+//! every size limit of the engine: a ring's sizes ([`MIN_EVENTS`],
+//! [`MAX_EVENTS`], [`MIN_BYTES`], [`MAX_BYTES`]) and start ([`MAX_START`]),
+//! a batch's ([`MAX_BATCH`]) and a [`Store`](crate::Store)'s shards
+//! ([`MAX_SHARDS`]).
 //!
-//! [`Config`] and [`Geometry`] are re-exported at the crate root.
+//! The modules that enforce a limit import it from here, and this module
+//! imports none of them (only the slot layout, for the footprint), so a
+//! limit never closes an import cycle.
+//!
+//! [`Config`], [`Geometry`] and [`ConfigError`] are re-exported at the
+//! crate root; [`ConfigError`] also in [`error`](crate::error).
 
 use std::fmt;
 use std::num::NonZeroU64;
@@ -18,8 +27,13 @@ pub const MIN_BYTES: usize = 64;
 pub const MAX_BYTES: usize = 1 << 32;
 /// The largest seq a ring may start after: 2^62, so that seqs never wrap.
 pub const MAX_START: u64 = 1 << 62;
-pub use crate::emit::MAX_BATCH;
-pub use crate::store::MAX_SHARDS;
+/// The most events one [`Ring::emit_batch`](crate::Ring::emit_batch)
+/// takes (and at most the ring's window). Bounds how far a parked batch can
+/// hold claims ahead of the watermark, which the claim word's 24-bit seq
+/// field must span.
+pub const MAX_BATCH: usize = 4096;
+/// The most shards a [`Store`](crate::Store) takes.
+pub const MAX_SHARDS: usize = 4096;
 /// Index memory per retained event: one 32-byte slot (the record's word
 /// position, its length, and the stamp that commits it).
 pub const BYTES_PER_EVENT: usize = crate::slots::SLOT_BYTES;

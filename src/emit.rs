@@ -6,15 +6,10 @@
 
 use crate::arena::words_for;
 use crate::claim::{increment, Claimed};
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, MAX_BATCH};
 use crate::error::EmitError;
 use crate::ring::{Opened, Ring, Shared};
 use crate::sync::{fence, seq_cst_access_fence, spin_hint, Ordering};
-
-/// The most events one [`Ring::emit_batch`] takes (and at most the ring's
-/// window). Bounds how far a parked batch can hold claims ahead of the
-/// watermark, which the claim word's 24-bit seq field must span.
-pub const MAX_BATCH: usize = 4096;
 
 /// Spins before an emitter waiting at the wrap parks (under loom, where
 /// every spin is a scheduling point, two).

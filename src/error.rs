@@ -1,23 +1,40 @@
-//! Every error and refusal the engine returns, in one place: what a ring
-//! reports instead of a silent skip ([`ReplayError`], [`Coverage`],
-//! [`Gap`]), what an emit or a read can fail with, why a
-//! configuration or a wire form is rejected, and that the OS random source
-//! failed to draw an id.
+//! The engine's errors, in one place: what a ring reports instead of a
+//! silent skip ([`ReplayError`], [`Coverage`], [`Gap`]), what an emit or a
+//! read can fail with ([`EmitError`], [`ReadError`]), why a configuration
+//! or a wire form is rejected, and that the OS random source failed to draw
+//! an id.
+//!
+//! The ring's errors are defined here. The others are defined beside what
+//! they reject and re-exported here: [`ConfigError`] in
+//! [`config`](crate::config), next to the limits its messages name;
+//! [`ParseEventIdError`] in [`event_id`](crate::event_id); [`SseError`] in
+//! [`sse`](crate::sse); [`ParseIdError`] (also under its earlier name,
+//! [`ParseTicketError`]) and [`RandomSourceError`] in [`id`](crate::id). The
+//! session rules' answers, [`Refusal`](crate::session::Refusal) and
+//! [`SilentGap`](crate::session::SilentGap), are in
+//! [`session`](crate::session) with the rules that give them.
+//!
+//! The engine's modules import their errors from here, so this module
+//! imports only modules that never import it back (`config`, `event_id`,
+//! `id`, `sse`): no import cycle runs through it.
 //!
 //! The common ones are re-exported at the crate root.
 //!
 //! [`ReplayError`], [`Coverage`] and [`Gap`] are deliberately *not*
 //! `#[non_exhaustive]`: they are the answer to "can this client resume?",
 //! and a new kind of answer should break a `match` that handles every case
-//! rather than fall into a wildcard that skips events. The other errors are
-//! `#[non_exhaustive]`: a new failure mode is a new variant.
+//! rather than fall into a wildcard that skips events. The other error
+//! enums are `#[non_exhaustive]`: a new failure mode is a new variant.
 
 use std::fmt;
 
 pub use crate::config::ConfigError;
 pub use crate::event_id::ParseEventIdError;
+/// Why a string is not a [`Ticket`](crate::session::Ticket): the parse
+/// error of every [`Id`](crate::id::Id), under its earlier name (also
+/// [`gapless::session::ParseTicketError`](crate::session::ParseTicketError)).
+pub use crate::id::ParseIdError as ParseTicketError;
 pub use crate::id::{ParseIdError, RandomSourceError};
-pub use crate::session::ParseTicketError;
 pub use crate::sse::SseError;
 
 /// Events a cursor needs that the ring no longer holds.

@@ -70,7 +70,9 @@
 //!   [`Ring::replay_batch`]), [`EventId`], [`Stats`], and the common
 //!   errors.
 //! - [`config`]: sizing ([`Config`], [`Geometry`]) and every size limit.
-//! - [`error`]: every error and refusal the engine returns.
+//! - [`error`]: every error of the rings, the configuration and the wire
+//!   formats, in one place (the session rules' answers are in
+//!   [`session`]).
 //! - [`event_id`]: the wire form of an event ID.
 //! - [`id`]: 128-bit random ids that are credentials (tickets, session
 //!   IDs): one type, a strict parser, redacted `Debug`, a log tag.
@@ -118,8 +120,8 @@ mod writer;
 pub mod session;
 pub mod sse;
 
-pub use config::{Config, Geometry};
-pub use error::{ConfigError, Coverage, EmitError, Gap, ReadError, ReplayError};
+pub use config::{Config, ConfigError, Geometry};
+pub use error::{Coverage, EmitError, Gap, ReadError, ReplayError};
 pub use event::Event;
 pub use event_id::EventId;
 pub use follower::Follower;

@@ -10,7 +10,7 @@
 //!
 //! A removed value is freed when the last `Arc` handed out for it drops.
 
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, MAX_SHARDS};
 use crate::ring::Ring;
 use crate::sync::SwapCell;
 use crate::wrap::Wrap;
@@ -46,9 +46,6 @@ pub struct Store<K, V = Ring> {
     /// Keys the shard choice; random per store.
     hasher: RandomState,
 }
-
-/// The most shards a [`Store`] takes.
-pub const MAX_SHARDS: usize = 4096;
 
 impl<K: Hash + Eq + Clone, V> Store<K, V> {
     /// A store with exactly `shards` shards.
