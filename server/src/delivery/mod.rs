@@ -335,15 +335,13 @@ pub(crate) async fn deliver(
                     }
                 }
                 let replayed = events.iter().filter(|e| e.seq <= replay_to).count() as u64;
-                metrics
-                    .events_replayed
-                    .fetch_add(replayed, Ordering::Relaxed);
+                metrics.events_replayed.inc_by(replayed);
                 metrics
                     .events_streamed
-                    .fetch_add(events.len() as u64 - replayed, Ordering::Relaxed);
+                    .inc_by(events.len() as u64 - replayed);
             }
             Err(ReplayError::Gap(gap)) => {
-                metrics.lapped_readers.fetch_add(1, Ordering::Relaxed);
+                metrics.lapped_readers.inc();
                 session.gap_reported(gap.first_retained);
                 // The report lets the client continue from `first_retained -
                 // 1`: recorded before it leaves, like `sent`.
@@ -387,7 +385,7 @@ mod tests {
     fn a_panic_with_a_transport_attached_detaches_it() {
         let (_stop, on_stop) = tokio::sync::watch::channel(false);
         let AppState(state) = AppState::new(ServerConfig::default(), on_stop);
-        let (_, entry) = state.create_session().expect("a session");
+        let (_, entry) = state.create_session(None).expect("a session");
         let slot = StreamSlot::take(&state, &entry).expect("a slot");
         let cursor = EventId {
             epoch: entry.session.epoch(),

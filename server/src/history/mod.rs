@@ -9,7 +9,7 @@
 //! | key | holds |
 //! | --- | --- |
 //! | `gapless:{id}:s` | the events, entry ID `0-<seq>`, field `d` = payload; trimmed with `MAXLEN ~ retention` |
-//! | `gapless:{id}:m` | `epoch` (hex), `published` (the last seq appended), `acked`, `sent` (maxima, never lowered) |
+//! | `gapless:{id}:m` | `epoch` (hex), `published` (the last seq appended), `acked`, `sent` (maxima, never lowered), `pk` (the publish key, with `--publish-keys`) |
 //! | `gapless:{id}:l` | the owner's lease: a random token, expiring unless renewed |
 //!
 //! Every write is a Lua script that checks before it writes (scripts are
@@ -26,9 +26,11 @@
 pub(crate) mod memory;
 mod redis_history;
 
+pub use crate::config::HistoryConfig;
 pub(crate) use redis_history::{RedisHistory, READ_BATCH};
 
-use crate::ids::SessionId;
+use crate::ids::{PublishKey, SessionId};
+use crate::metrics::HistoryFailure;
 use bytes::Bytes;
 use std::fmt;
 use std::future::Future;
@@ -104,25 +106,6 @@ pub(crate) trait Tail: Send + 'static {
     ) -> impl Future<Output = Result<Vec<(u64, Bytes)>, HistoryError>> + Send;
 }
 
-/// How the history tier is reached and sized.
-#[derive(Clone, Debug)]
-pub struct HistoryConfig {
-    /// The Redis URL (`redis://HOST:PORT[/DB]`, `unix:///path`).
-    pub url: String,
-    /// Deadline of every Redis call (default 2 s).
-    pub timeout: Duration,
-    /// How long an owner's lease lasts unless renewed; renewed every third
-    /// of it. Another instance takes over a session at most this long after
-    /// its owner died (default 10 s).
-    pub lease_ttl: Duration,
-    /// Events kept per session stream (`MAXLEN ~`, so at least this many);
-    /// the server sets it to its ring size, never less.
-    pub retention: usize,
-    /// A session's keys expire after this long without an append or a
-    /// cursor update (the server's idle timeout).
-    pub idle: Duration,
-}
-
 /// Marks a [`gapless::id::Id`] as a lease [`Token`].
 #[derive(Debug)]
 pub(crate) enum LeaseKind {}
@@ -149,6 +132,8 @@ pub(crate) struct Snapshot {
     pub(crate) sent: u64,
     /// Events in seq order, dense: what was asked for and still retained.
     pub(crate) events: Vec<(u64, Bytes)>,
+    /// With `--publish-keys`: the session's publish key.
+    pub(crate) publish_key: Option<PublishKey>,
 }
 
 /// Which transport a cursor update is for. Every attach of a transport
@@ -213,6 +198,19 @@ pub enum HistoryError {
     Gone,
     /// Redis holds something this server did not write.
     Corrupt(String),
+}
+
+impl HistoryError {
+    /// The `kind` this failure is counted under in
+    /// `gapless_history_errors_total`.
+    pub(crate) fn failure(&self) -> HistoryFailure {
+        match self {
+            Self::Unavailable(_) | Self::Behind { .. } => HistoryFailure::Unavailable,
+            Self::NotOwner { .. } => HistoryFailure::OwnerUnavailable,
+            Self::Gone => HistoryFailure::Gone,
+            Self::Corrupt(_) => HistoryFailure::Corrupt,
+        }
+    }
 }
 
 impl fmt::Display for HistoryError {
