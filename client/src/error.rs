@@ -40,6 +40,19 @@ pub enum ClientError {
         /// The `Retry-After` header, in seconds, if any.
         retry_after: Option<u64>,
     },
+    /// A per-client limit (`429 too_many_sessions_per_client`,
+    /// `429 too_many_connections_per_client`) or `408 body_read_timeout`.
+    Limited {
+        /// The HTTP status.
+        status: u16,
+        /// The `error` code.
+        code: String,
+        /// The `Retry-After` header, in seconds, if any.
+        retry_after: Option<u64>,
+    },
+    /// `403 publish_key_required`: the server separates publishing from
+    /// reading, and the request did not carry the session's publish key.
+    PublishKeyRequired,
     /// Any other status, or an error answer whose body does not follow the
     /// protocol.
     UnexpectedStatus {
@@ -104,6 +117,26 @@ impl ClientError {
                 code: "too_many_connections".into(),
                 retry_after: None,
             },
+            (503, Ok(Failure::MemoryBudgetExceeded)) => Self::Unavailable {
+                code: "memory_budget_exceeded".into(),
+                retry_after: None,
+            },
+            (429, Ok(Failure::TooManySessionsPerClient)) => Self::Limited {
+                status,
+                code: "too_many_sessions_per_client".into(),
+                retry_after: None,
+            },
+            (429, Ok(Failure::TooManyConnectionsPerClient)) => Self::Limited {
+                status,
+                code: "too_many_connections_per_client".into(),
+                retry_after: None,
+            },
+            (408, Ok(Failure::BodyReadTimeout)) => Self::Limited {
+                status,
+                code: "body_read_timeout".into(),
+                retry_after: None,
+            },
+            (403, Ok(Failure::PublishKeyRequired)) => Self::PublishKeyRequired,
             (503, Ok(Failure::HistoryUnavailable)) => Self::Unavailable {
                 code: "history_unavailable".into(),
                 retry_after: None,
@@ -134,6 +167,15 @@ impl fmt::Display for ClientError {
             Self::BadRequest { detail } => write!(f, "400 bad_request: {detail}"),
             Self::PayloadTooLarge => f.write_str("413 payload_too_large"),
             Self::BodyTooLarge { body } => write!(f, "413 body over the limit: {body}"),
+            Self::Limited {
+                status,
+                code,
+                retry_after,
+            } => match retry_after {
+                Some(seconds) => write!(f, "{status} {code}, retry after {seconds} s"),
+                None => write!(f, "{status} {code}"),
+            },
+            Self::PublishKeyRequired => f.write_str("403 publish_key_required"),
             Self::Unavailable { code, retry_after } => match retry_after {
                 Some(seconds) => write!(f, "503 {code}, retry after {seconds} s"),
                 None => write!(f, "503 {code}"),

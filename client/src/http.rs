@@ -4,7 +4,10 @@ use crate::error::{within, ClientError};
 use crate::response::Response;
 use crate::sse::SseStream;
 use crate::timeout::{CONNECT_TIMEOUT, DEFAULT_TIMEOUT};
-use crate::wire::{is_session_id, Created, CursorBody, Emitted, StateView, UpgradeGrant};
+use crate::wire::{
+    is_session_id, Created, CreatedAnswer, CursorBody, Emitted, StateView, UpgradeGrant,
+    PUBLISH_KEY_HEADER,
+};
 use crate::ws::WsStream;
 use bytes::Bytes;
 use gapless::EventId;
@@ -15,6 +18,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_tungstenite::tungstenite;
 
@@ -81,6 +86,10 @@ pub struct Client {
     base: String,
     /// The limit of every network wait.
     timeout: Duration,
+    /// Publish keys by session ID: learnt from `POST /session` (or given
+    /// with [`Client::set_publish_key`]), sent with that session's emits
+    /// and `DELETE`, forgotten at its `DELETE`. Shared by clones.
+    publish_keys: Arc<Mutex<HashMap<String, String>>>,
 }
 
 impl Client {
@@ -108,6 +117,7 @@ impl Client {
             http,
             base,
             timeout: DEFAULT_TIMEOUT,
+            publish_keys: Arc::default(),
         })
     }
 
@@ -200,6 +210,9 @@ impl Client {
         let mut error = ClientError::from_parts(status, &body);
         if let ClientError::Unavailable {
             retry_after: slot, ..
+        }
+        | ClientError::Limited {
+            retry_after: slot, ..
         } = &mut error
         {
             *slot = retry_after;
@@ -236,7 +249,10 @@ impl Client {
     /// # Errors
     /// As the server answers; [`ClientError::Protocol`] for a malformed ID.
     pub async fn create_session(&self) -> Result<Created, ClientError> {
-        let created: Created = self
+        let CreatedAnswer {
+            created,
+            publish_key,
+        } = self
             .call(self.post("/session"), StatusCode::CREATED, "POST /session")
             .await?;
         if !is_session_id(&created.session) {
@@ -245,7 +261,38 @@ impl Client {
                 created.session
             )));
         }
+        if let Some(key) = &publish_key {
+            self.set_publish_key(&created.session, key);
+        }
         Ok(created)
+    }
+
+    /// The publish key this client sends with `session`'s emits and
+    /// `DELETE`, if it has one (from `POST /session` on a server run with
+    /// `--publish-keys`, or [`Client::set_publish_key`]).
+    pub fn publish_key(&self, session: &str) -> Option<String> {
+        self.keys().get(session).cloned()
+    }
+
+    /// Sends `key` as `session`'s publish key with its emits and `DELETE`
+    /// (a key this client did not receive itself, say from the process
+    /// that created the session).
+    pub fn set_publish_key(&self, session: &str, key: &str) {
+        self.keys().insert(session.to_owned(), key.to_owned());
+    }
+
+    fn keys(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        self.publish_keys
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `request` with `session`'s publish key, when this client knows one.
+    fn with_publish_key(&self, request: Request, session: &str) -> Request {
+        match self.keys().get(session).cloned() {
+            Some(key) => request.header(PUBLISH_KEY_HEADER, key),
+            None => request,
+        }
     }
 
     /// `POST /session/{id}/events` with `payload` as compact JSON →
@@ -268,9 +315,11 @@ impl Client {
         session: &str,
         body: impl Into<Bytes>,
     ) -> Result<EventId, ClientError> {
-        let request = self
-            .post(&format!("/session/{session}/events"))
-            .json_body(body);
+        let request = self.with_publish_key(
+            self.post(&format!("/session/{session}/events"))
+                .json_body(body),
+            session,
+        );
         let emitted: Emitted = self
             .call(request, StatusCode::ACCEPTED, "POST events")
             .await?;
@@ -432,8 +481,13 @@ impl Client {
     /// # Errors
     /// As the server answers.
     pub async fn delete(&self, session: &str) -> Result<(), ClientError> {
-        self.call_no_content(self.request(Method::DELETE, &format!("/session/{session}")))
-            .await
+        let request = self.with_publish_key(
+            self.request(Method::DELETE, &format!("/session/{session}")),
+            session,
+        );
+        self.call_no_content(request).await?;
+        self.keys().remove(session);
+        Ok(())
     }
 }
 

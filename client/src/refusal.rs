@@ -272,6 +272,21 @@ pub enum Failure {
     TooManySessions,
     /// `503`: the server holds as many connections as it allows.
     TooManyConnections,
+    /// `429` with `Retry-After`: this client holds as many live sessions as
+    /// the server allows one client.
+    TooManySessionsPerClient,
+    /// `429`: this client holds as many connections as the server allows
+    /// one client.
+    TooManyConnectionsPerClient,
+    /// `503` with `Retry-After`: one more session would take the server
+    /// past its memory budget.
+    MemoryBudgetExceeded,
+    /// `408`: the request body did not arrive in time (the connection is
+    /// closed).
+    BodyReadTimeout,
+    /// `403`: the server requires the session's publish key to emit or
+    /// delete, and the request did not carry it.
+    PublishKeyRequired,
     /// `503`: the shared history (several instances over Redis) did not
     /// answer; nothing was acknowledged.
     HistoryUnavailable,

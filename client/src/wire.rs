@@ -22,6 +22,25 @@ pub struct Created {
     pub epoch: u64,
 }
 
+/// `POST /session`'s body as sent: [`Created`], and with a server run with
+/// `--publish-keys` the session's write capability, to send in
+/// [`PUBLISH_KEY_HEADER`] with every emit and `DELETE` (the session ID
+/// alone then only reads).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreatedAnswer {
+    /// The session and its epoch.
+    #[serde(flatten)]
+    pub created: Created,
+    /// The publish key (32 lowercase hex digits); absent without
+    /// `--publish-keys`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub publish_key: Option<String>,
+}
+
+/// The request header that carries a session's publish key (see
+/// [`Created::publish_key`]).
+pub const PUBLISH_KEY_HEADER: &str = "gapless-publish-key";
+
 impl Created {
     /// The "processed nothing" cursor of this session: `<epoch>-0`.
     pub fn origin(&self) -> EventId {

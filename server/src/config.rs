@@ -1,6 +1,13 @@
 //! [`ServerConfig`]: how the server sizes sessions, bounds what clients can
-//! make it hold, and shuts down.
+//! make it hold, and shuts down; [`HistoryConfig`] for several instances;
+//! and [`ServerConfig::validate`], which refuses a configuration the server
+//! could not run with.
+//!
+//! This module imports nothing else from the crate but the client address
+//! type: every other module reads its configuration from here.
 
+use crate::client_addr::TrustedProxy;
+use std::fmt;
 use std::time::Duration;
 
 /// How the server sizes sessions, bounds what clients can make it hold, and
@@ -21,6 +28,14 @@ pub struct ServerConfig {
     /// Live sessions at most; `POST /session` beyond it is
     /// `503 too_many_sessions` (default 10,000).
     pub max_sessions: usize,
+    /// Live sessions one client created at most; `POST /session` beyond it
+    /// is `429 too_many_sessions_per_client` (default 1,000). A client is
+    /// its address, or the forwarded address from a [`TrustedProxy`].
+    pub max_sessions_per_client: usize,
+    /// What the session rings may cost together, in bytes; a session whose
+    /// ring would take them past it is `503 memory_budget_exceeded`
+    /// (default: half of the machine's memory).
+    pub memory_budget: MemoryBudget,
     /// A session with no request and no attached transport for this long is
     /// ended as by `DELETE` (default 600 s).
     pub idle_timeout: Duration,
@@ -38,9 +53,20 @@ pub struct ServerConfig {
     /// A connection that has not sent a complete request head in this time
     /// is closed (default 10 s).
     pub header_read_timeout: Duration,
+    /// A request body not received in full this long after its head is
+    /// answered `408 body_read_timeout` and its connection closed
+    /// (default 30 s).
+    pub body_read_timeout: Duration,
     /// Open connections at most; one beyond it is answered `503
     /// too_many_connections` and closed (default 10,000).
     pub max_connections: usize,
+    /// Open connections from one client address at most; one beyond it is
+    /// answered `429 too_many_connections_per_client` and closed (default
+    /// 256). Connections from a trusted proxy are not counted per client.
+    pub max_connections_per_client: usize,
+    /// Proxies whose `X-Forwarded-For` names the client (default none: the
+    /// client is the peer address).
+    pub trusted_proxies: Vec<TrustedProxy>,
     /// Streams (SSE and WebSocket, including ones being superseded) open on
     /// one session at most; beyond it `429 too_many_streams` (default 4).
     pub max_streams_per_session: usize,
@@ -58,10 +84,14 @@ pub struct ServerConfig {
     /// How long a ping may go without a pong before the socket is closed
     /// (default 20 s).
     pub pong_timeout: Duration,
+    /// Separate read and write capabilities: `POST /session` also returns a
+    /// publish key, which emits and `DELETE` must present (default off: the
+    /// session ID is both).
+    pub publish_keys: bool,
     /// With `Some`, instances sharing this Redis serve the same sessions
-    /// (see `HistoryConfig`); `None` (default): one process holds each
+    /// (see [`HistoryConfig`]); `None` (default): one process holds each
     /// session.
-    pub redis: Option<crate::history::HistoryConfig>,
+    pub redis: Option<HistoryConfig>,
 }
 
 impl Default for ServerConfig {
@@ -73,19 +103,270 @@ impl Default for ServerConfig {
             max_body: 1 << 20,
             ticket_ttl: gapless::session::TICKET_TTL,
             max_sessions: 10_000,
+            max_sessions_per_client: 1_000,
+            memory_budget: MemoryBudget::default(),
             idle_timeout: Duration::from_secs(600),
             shutdown_grace: Duration::from_secs(10),
             write_timeout: Duration::from_secs(30),
             sse_retry: Duration::from_millis(1000),
             cors_origins: Vec::new(),
             header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
             max_connections: 10_000,
+            max_connections_per_client: 256,
+            trusted_proxies: Vec::new(),
             max_streams_per_session: 4,
             ws_max_message: 64 << 10,
             send_buffer: 256 << 10,
             ping_interval: Duration::from_secs(20),
             pong_timeout: Duration::from_secs(20),
+            publish_keys: false,
             redis: None,
         }
     }
+}
+
+/// The shortest duration a timer of the server accepts: a zero interval
+/// would panic a timer, a zero timeout would fail every wait.
+pub const MIN_DURATION: Duration = Duration::from_millis(1);
+
+impl ServerConfig {
+    /// The ring every session gets.
+    pub fn ring(&self) -> gapless::Config {
+        gapless::Config::default()
+            .events(self.ring_events)
+            .bytes(self.ring_bytes)
+    }
+
+    /// Checks what the server could not run with: a ring outside the
+    /// engine's limits, a count limit of 0, a timer shorter than
+    /// [`MIN_DURATION`] (a lease shorter than three of them: it is renewed
+    /// every third), a memory budget that holds no session.
+    ///
+    /// # Errors
+    /// The first problem found, named by its `serve` flag.
+    pub fn validate(&self) -> Result<(), InvalidConfig> {
+        let geometry = self.ring().geometry().map_err(InvalidConfig::Ring)?;
+        for (flag, value) in [
+            ("--max-sessions", self.max_sessions),
+            ("--max-sessions-per-client", self.max_sessions_per_client),
+            ("--max-connections", self.max_connections),
+            (
+                "--max-connections-per-client",
+                self.max_connections_per_client,
+            ),
+            ("--max-streams-per-session", self.max_streams_per_session),
+            ("--max-body", self.max_body),
+            ("--ws-max-message", self.ws_max_message),
+        ] {
+            if value == 0 {
+                return Err(InvalidConfig::ZeroLimit { flag });
+            }
+        }
+        let mut timers = vec![
+            ("--idle-timeout", self.idle_timeout, MIN_DURATION),
+            ("--write-timeout", self.write_timeout, MIN_DURATION),
+            (
+                "--header-read-timeout",
+                self.header_read_timeout,
+                MIN_DURATION,
+            ),
+            ("--body-read-timeout", self.body_read_timeout, MIN_DURATION),
+            ("--ping-interval", self.ping_interval, MIN_DURATION),
+            ("--pong-timeout", self.pong_timeout, MIN_DURATION),
+        ];
+        if let Some(redis) = &self.redis {
+            timers.push(("--redis-timeout", redis.timeout, MIN_DURATION));
+            timers.push(("--lease-ttl", redis.lease_ttl, 3 * MIN_DURATION));
+        }
+        for (flag, value, min) in timers {
+            if value < min {
+                return Err(InvalidConfig::TooShort { flag, value, min });
+            }
+        }
+        if let MemoryBudget::Bytes(budget) = self.memory_budget {
+            let per_session = geometry.footprint() as u64;
+            if budget < per_session {
+                return Err(InvalidConfig::MemoryBudget {
+                    budget,
+                    per_session,
+                });
+            }
+        }
+        if let MemoryBudget::PercentOfMachine(percent) = self.memory_budget {
+            if !(1..=100).contains(&percent) {
+                return Err(InvalidConfig::MemoryPercent { percent });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the session rings may cost together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryBudget {
+    /// At most this many bytes.
+    Bytes(u64),
+    /// At most this share (1 ..= 100 %) of the machine's memory: the
+    /// smaller of `MemTotal` and the cgroup's `memory.max` (Linux). Where
+    /// neither can be read, unbounded (with a warning at startup).
+    PercentOfMachine(u8),
+}
+
+impl Default for MemoryBudget {
+    /// Half of the machine's memory.
+    fn default() -> Self {
+        Self::PercentOfMachine(50)
+    }
+}
+
+impl MemoryBudget {
+    /// The budget in bytes on this machine; `None`: a share of a machine
+    /// whose memory cannot be read.
+    pub fn resolve(self) -> Option<u64> {
+        match self {
+            Self::Bytes(bytes) => Some(bytes),
+            Self::PercentOfMachine(percent) => {
+                machine_memory().map(|total| total / 100 * u64::from(percent))
+            }
+        }
+    }
+}
+
+impl std::str::FromStr for MemoryBudget {
+    type Err = String;
+
+    /// `50%`, or bytes with an optional binary suffix: `4294967296`,
+    /// `512MiB`, `8GiB`, `1TiB` (`K`, `M`, `G`, `T`, with or without `iB`/`B`,
+    /// all powers of 1024).
+    fn from_str(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        if let Some(percent) = text.strip_suffix('%') {
+            return match percent.trim().parse::<u8>() {
+                Ok(percent @ 1..=100) => Ok(Self::PercentOfMachine(percent)),
+                _ => Err(format!("expected a share of 1% to 100%, got {text:?}")),
+            };
+        }
+        let digits = text
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len());
+        let (number, unit) = text.split_at(digits);
+        let shift = match unit.trim().to_ascii_lowercase().as_str() {
+            "" | "b" => 0,
+            "k" | "kb" | "kib" => 10,
+            "m" | "mb" | "mib" => 20,
+            "g" | "gb" | "gib" => 30,
+            "t" | "tb" | "tib" => 40,
+            _ => {
+                return Err(format!(
+                    "expected bytes such as 8GiB or a share such as 50%, got {text:?}"
+                ))
+            }
+        };
+        number
+            .parse::<u64>()
+            .ok()
+            .and_then(|n| n.checked_mul(1u64 << shift))
+            .map(Self::Bytes)
+            .ok_or_else(|| {
+                format!("expected bytes such as 8GiB or a share such as 50%, got {text:?}")
+            })
+    }
+}
+
+/// The machine's memory in bytes: `MemTotal`, or the cgroup v2 limit when
+/// that is lower (a container). `None` where neither can be read.
+fn machine_memory() -> Option<u64> {
+    let total = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| {
+            info.lines().find_map(|line| {
+                let kib = line.strip_prefix("MemTotal:")?.trim().strip_suffix("kB")?;
+                kib.trim().parse::<u64>().ok()?.checked_mul(1024)
+            })
+        });
+    let cgroup = std::fs::read_to_string("/sys/fs/cgroup/memory.max")
+        .ok()
+        .and_then(|max| max.trim().parse::<u64>().ok());
+    match (total, cgroup) {
+        (Some(total), Some(cgroup)) => Some(total.min(cgroup)),
+        (total, cgroup) => total.or(cgroup),
+    }
+}
+
+/// A configuration the server cannot run with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum InvalidConfig {
+    /// The session ring is outside the engine's limits.
+    Ring(gapless::ConfigError),
+    /// A count limit is 0.
+    ZeroLimit {
+        /// The flag.
+        flag: &'static str,
+    },
+    /// A timer is shorter than the server can run.
+    TooShort {
+        /// The flag.
+        flag: &'static str,
+        /// What was asked.
+        value: Duration,
+        /// The shortest it may be.
+        min: Duration,
+    },
+    /// The memory budget holds not even one session's ring.
+    MemoryBudget {
+        /// The budget in bytes.
+        budget: u64,
+        /// What one session's ring costs.
+        per_session: u64,
+    },
+    /// A share of the machine's memory outside 1 ..= 100 %.
+    MemoryPercent {
+        /// What was asked.
+        percent: u8,
+    },
+}
+
+impl fmt::Display for InvalidConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Ring(error) => write!(f, "--ring-events/--ring-bytes: {error}"),
+            Self::ZeroLimit { flag } => write!(f, "{flag} must be at least 1"),
+            Self::TooShort { flag, value, min } => {
+                write!(f, "{flag} must be at least {min:?}, got {value:?}")
+            }
+            Self::MemoryBudget {
+                budget,
+                per_session,
+            } => write!(
+                f,
+                "--memory-budget {budget} B holds no session: one ring costs {per_session} B"
+            ),
+            Self::MemoryPercent { percent } => {
+                write!(f, "--memory-budget {percent}%: expected 1% to 100%")
+            }
+        }
+    }
+}
+
+impl std::error::Error for InvalidConfig {}
+
+/// How the history tier is reached and sized.
+#[derive(Clone, Debug)]
+pub struct HistoryConfig {
+    /// The Redis URL (`redis://HOST:PORT[/DB]`, `unix:///path`).
+    pub url: String,
+    /// Deadline of every Redis call (default 2 s).
+    pub timeout: Duration,
+    /// How long an owner's lease lasts unless renewed; renewed every third
+    /// of it. Another instance takes over a session at most this long after
+    /// its owner died (default 10 s).
+    pub lease_ttl: Duration,
+    /// Events kept per session stream (`MAXLEN ~`, so at least this many);
+    /// the server sets it to its ring size, never less.
+    pub retention: usize,
+    /// A session's keys expire after this long without an append or a
+    /// cursor update (the server's idle timeout).
+    pub idle: Duration,
 }

@@ -1,5 +1,5 @@
-//! [`ConnectionHandle`]: lets a stream close the TCP connection its
-//! request arrived on.
+//! What a request knows of the TCP connection it arrived on: its [`Peer`]
+//! address, and a [`ConnectionHandle`] that lets a stream close it.
 //!
 //! An SSE body only ends when hyper polls it, and hyper stops polling while
 //! a stalled client's socket is full; ending the body cannot free such a
@@ -7,6 +7,7 @@
 //! extension) and drops the connection when a stream calls
 //! [`ConnectionHandle::close`].
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use tokio::sync::Notify;
 
@@ -26,3 +27,8 @@ impl ConnectionHandle {
         self.0.notified().await;
     }
 }
+
+/// The address the connection came from (a request extension the accept
+/// loop sets).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Peer(pub(crate) IpAddr);

@@ -31,6 +31,18 @@ pub(crate) enum ApiError {
     TooManyStreams,
     /// `503 too_many_sessions` with `Retry-After`.
     TooManySessions { retry_after_secs: u64 },
+    /// `429 too_many_sessions_per_client` with `Retry-After`: this client
+    /// holds as many live sessions as one client may.
+    TooManySessionsPerClient { retry_after_secs: u64 },
+    /// `503 memory_budget_exceeded` with `Retry-After`: one more ring would
+    /// take the server past its memory budget.
+    MemoryBudgetExceeded { retry_after_secs: u64 },
+    /// `408 body_read_timeout` (and the connection closes): the body did
+    /// not arrive within `--body-read-timeout`.
+    BodyReadTimeout,
+    /// `403 publish_key_required`: with `--publish-keys`, an emit or
+    /// `DELETE` without the session's publish key.
+    PublishKeyRequired,
     /// `503 history_unavailable`: the shared history (Redis) did not
     /// answer; nothing was acknowledged.
     HistoryUnavailable,
@@ -77,6 +89,31 @@ impl IntoResponse for ApiError {
                     .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
                 return response;
             }
+            Self::TooManySessionsPerClient { retry_after_secs } => {
+                return with_retry_after(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    Failure::TooManySessionsPerClient,
+                    retry_after_secs,
+                )
+            }
+            Self::MemoryBudgetExceeded { retry_after_secs } => {
+                return with_retry_after(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    Failure::MemoryBudgetExceeded,
+                    retry_after_secs,
+                )
+            }
+            Self::BodyReadTimeout => {
+                let mut response =
+                    (StatusCode::REQUEST_TIMEOUT, Json(Failure::BodyReadTimeout)).into_response();
+                // The rest of the body may still come: the connection
+                // cannot carry another request.
+                response
+                    .headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                return response;
+            }
+            Self::PublishKeyRequired => (StatusCode::FORBIDDEN, Failure::PublishKeyRequired),
             Self::HistoryUnavailable => {
                 (StatusCode::SERVICE_UNAVAILABLE, Failure::HistoryUnavailable)
             }
@@ -100,6 +137,15 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// `failure` with `status` and a `Retry-After` of `secs`.
+fn with_retry_after(status: StatusCode, failure: Failure, secs: u64) -> Response {
+    let mut response = (status, Json(failure)).into_response();
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    response
+}
+
 impl From<crate::state::LoadError> for ApiError {
     fn from(error: crate::state::LoadError) -> Self {
         use crate::state::LoadError;
@@ -107,6 +153,9 @@ impl From<crate::state::LoadError> for ApiError {
             // The session's `Retry-After`: sessions end on DELETE and on
             // idle expiry.
             LoadError::TooMany => Self::TooManySessions {
+                retry_after_secs: 5,
+            },
+            LoadError::MemoryBudget => Self::MemoryBudgetExceeded {
                 retry_after_secs: 5,
             },
             LoadError::Gone => Self::NoSuchSession,

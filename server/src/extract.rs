@@ -1,17 +1,21 @@
 //! Request extractors: each turns one part of a request into a typed value
 //! or the protocol's JSON error, so handlers only see valid input.
 
+use crate::client_addr::{client_ip, ClientKey};
+use crate::connection::Peer;
 use crate::error::ApiError;
-use crate::ids::SessionId;
+use crate::ids::{PublishKey, SessionId, PUBLISH_KEY_HEADER};
+use crate::metrics::Limit;
 use crate::state::{AppState, Entry};
 use axum::body::Bytes;
-use axum::extract::{FromRequest, FromRequestParts, Path, Request};
+use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use gapless::session::Session;
 use gapless::EventId;
 use gapless_client::wire::CursorBody;
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 /// The session named by the `{id}` path segment, its idle clock restarted.
@@ -31,19 +35,107 @@ impl FromRequestParts<AppState> for SessionEntry {
 
     async fn from_request_parts(
         parts: &mut Parts,
-        AppState(state): &AppState,
+        state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        let Path(id) = Path::<String>::from_request_parts(parts, &())
-            .await
-            .map_err(|_| ApiError::NoSuchSession)?;
-        let id: SessionId = id.parse().map_err(|_| ApiError::NoSuchSession)?;
+        let SessionPath(id) = SessionPath::from_request_parts(parts, state).await?;
         let entry = state
+            .0
             .find_session(&id)
             .await?
             .ok_or(ApiError::NoSuchSession)?;
         // Any request naming the session restarts its idle clock.
-        state.touch(&entry);
+        state.0.touch(&entry);
         Ok(Self { id, entry })
+    }
+}
+
+/// The session ID in the `{id}` path segment, not looked up. Anything that
+/// is not exactly a session ID — malformed, not UTF-8 once percent-decoded
+/// (`%FF`) — is `404 no_such_session`, like an unknown one.
+pub(crate) struct SessionPath(pub(crate) SessionId);
+
+impl<S: Send + Sync> FromRequestParts<S> for SessionPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let Path(id) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|_| ApiError::NoSuchSession)?;
+        id.parse().map(Self).map_err(|_| ApiError::NoSuchSession)
+    }
+}
+
+/// The publish key a request presents in [`PUBLISH_KEY_HEADER`]; `None`
+/// when absent or malformed (either way it proves nothing).
+pub(crate) struct PresentedKey(pub(crate) Option<PublishKey>);
+
+impl<S: Send + Sync> FromRequestParts<S> for PresentedKey {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Self(
+            parts
+                .headers
+                .get(PUBLISH_KEY_HEADER)
+                .and_then(|value| value.to_str().ok())
+                .and_then(|text| text.trim().parse().ok()),
+        ))
+    }
+}
+
+/// The session of an emit, from a request allowed to publish into it:
+/// with `--publish-keys`, one that presents the session's key (else `403
+/// publish_key_required`, before any of the body is read).
+pub(crate) struct Publisher(pub(crate) SessionEntry);
+
+impl FromRequestParts<AppState> for Publisher {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let session = SessionEntry::from_request_parts(parts, state).await?;
+        let Ok(PresentedKey(key)) = PresentedKey::from_request_parts(parts, state).await;
+        if session.entry.may_publish(key.as_ref()) {
+            Ok(Self(session))
+        } else {
+            Err(ApiError::PublishKeyRequired)
+        }
+    }
+}
+
+/// Who sent the request, for the per-client limits: the connection's peer
+/// (or, from a trusted proxy, the forwarded client). `None` when the
+/// server that runs the router did not record the peer (an application's
+/// own `axum::serve` without `ConnectInfo`): such requests are not counted
+/// per client.
+pub(crate) struct Client(pub(crate) Option<ClientKey>);
+
+impl FromRequestParts<AppState> for Client {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        AppState(state): &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let peer = parts
+            .extensions
+            .get::<Peer>()
+            .map(|Peer(ip)| *ip)
+            .or_else(|| {
+                parts
+                    .extensions
+                    .get::<ConnectInfo<SocketAddr>>()
+                    .map(|ConnectInfo(addr)| addr.ip())
+            });
+        Ok(Self(peer.map(|peer| {
+            ClientKey::of(client_ip(
+                peer,
+                &parts.headers,
+                &state.config.trusted_proxies,
+            ))
+        })))
     }
 }
 
@@ -53,25 +145,36 @@ pub(crate) struct Body(pub(crate) Bytes);
 impl FromRequest<AppState> for Body {
     type Rejection = ApiError;
 
+    /// Reads the whole body within `--body-read-timeout` of the head: a
+    /// client that sends it slower holds its connection no longer (`408
+    /// body_read_timeout`, and the connection closes).
     async fn from_request(request: Request, state: &AppState) -> Result<Self, Self::Rejection> {
-        Bytes::from_request(request, state)
-            .await
-            .map(Self)
-            .map_err(|rejection| {
-                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                    ApiError::BodyTooLarge {
-                        limit: state.0.config.max_body,
-                    }
-                } else {
-                    ApiError::BadRequest(rejection.body_text())
-                }
-            })
+        let config = &state.0.config;
+        match tokio::time::timeout(
+            config.body_read_timeout,
+            Bytes::from_request(request, state),
+        )
+        .await
+        {
+            Ok(Ok(bytes)) => Ok(Self(bytes)),
+            Ok(Err(rejection)) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                Err(ApiError::BodyTooLarge {
+                    limit: config.max_body,
+                })
+            }
+            Ok(Err(rejection)) => Err(ApiError::BadRequest(rejection.body_text())),
+            Err(_) => {
+                state.0.metrics.tripped(Limit::BodyReadTimeout);
+                Err(ApiError::BodyReadTimeout)
+            }
+        }
     }
 }
 
-/// An emit's body: `Content-Type: application/json` (parameters allowed),
-/// else `415`, so a page on another origin cannot emit without a CORS
-/// preflight; within `--max-body`.
+/// A request body sent as `Content-Type: application/json` (parameters
+/// allowed), else `415`: a page on another origin cannot send it without a
+/// CORS preflight (`text/plain` would be a "simple" request); within
+/// `--max-body` and `--body-read-timeout`.
 pub(crate) struct JsonBody(pub(crate) Bytes);
 
 impl FromRequest<AppState> for JsonBody {
@@ -93,14 +196,15 @@ impl FromRequest<AppState> for JsonBody {
     }
 }
 
-/// The client's cursor from a `{"cursor": EVENT_ID}` body (ack, upgrade).
+/// The client's cursor from a `{"cursor": EVENT_ID}` body (ack, upgrade),
+/// sent as `application/json` like every body (else `415`).
 pub(crate) struct CursorJson(pub(crate) EventId);
 
 impl FromRequest<AppState> for CursorJson {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &AppState) -> Result<Self, Self::Rejection> {
-        let Body(bytes) = Body::from_request(request, state).await?;
+        let JsonBody(bytes) = JsonBody::from_request(request, state).await?;
         let body: CursorBody = serde_json::from_slice(&bytes).map_err(|e| {
             ApiError::BadRequest(format!("body must be {{\"cursor\": EVENT_ID}}: {e}"))
         })?;

@@ -2,6 +2,7 @@
 //! redacted, a JSON `500` for a panicking handler, JSON bodies for every
 //! error answer (405 included), and CORS for the configured origins.
 
+use crate::ids::{SessionId, PUBLISH_KEY_HEADER};
 use crate::metrics::Limit;
 use crate::state::{AppState, Shared};
 use axum::body::Body;
@@ -9,6 +10,7 @@ use axum::http::{header, HeaderValue, Method, Request, Response, StatusCode, Uri
 use axum::Router;
 use gapless_client::Failure;
 use std::any::Any;
+use std::fmt::Write as _;
 use std::sync::Arc;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::cors::{AllowOrigin, CorsLayer};
@@ -49,11 +51,35 @@ pub fn with_layers(router: Router, state: &AppState) -> Router {
     }
 }
 
-/// The request line as logged: an upgrade ticket is a bearer secret for 30
-/// seconds, so its value never reaches a log.
+/// The request line as logged. A session ID is a bearer credential (it
+/// reads, emits and deletes), so the path carries its tag instead
+/// (`/session/[1a2b3c4d]/events`; a segment that is not a well-formed ID,
+/// which may be a mistyped one, is `[malformed]`); an upgrade ticket and a
+/// publish key never reach a log either.
 fn redacted(uri: &Uri) -> String {
+    let mut path = String::with_capacity(uri.path().len());
+    let mut segments = uri.path().split('/');
+    let mut previous = None;
+    if let Some(first) = segments.next() {
+        path.push_str(first);
+        previous = Some(first);
+    }
+    for segment in segments {
+        path.push('/');
+        if previous == Some("session") {
+            match segment.parse::<SessionId>() {
+                Ok(id) => {
+                    let _ = write!(path, "[{}]", id.tag());
+                }
+                Err(_) => path.push_str("[malformed]"),
+            }
+        } else {
+            path.push_str(segment);
+        }
+        previous = Some(segment);
+    }
     let Some(query) = uri.query() else {
-        return uri.path().to_owned();
+        return path;
     };
     let query: Vec<String> = query
         .split('&')
@@ -62,7 +88,7 @@ fn redacted(uri: &Uri) -> String {
             _ => pair.to_owned(),
         })
         .collect();
-    format!("{}?{}", uri.path(), query.join("&"))
+    format!("{path}?{}", query.join("&"))
 }
 
 /// A handler panicked: count it, log it, answer `500 internal` (the panic
@@ -158,6 +184,7 @@ fn cors(origins: &[String]) -> Option<CorsLayer> {
             .allow_headers([
                 header::CONTENT_TYPE,
                 header::HeaderName::from_static("last-event-id"),
+                header::HeaderName::from_static(PUBLISH_KEY_HEADER),
             ]),
     )
 }
@@ -165,13 +192,24 @@ fn cors(origins: &[String]) -> Option<CorsLayer> {
 #[cfg(test)]
 mod tests {
     use super::redacted;
+    use crate::ids::SessionId;
 
     #[test]
-    fn tickets_never_reach_the_log() {
-        let uri = "/session/ab/ws?x=1&ticket=00112233445566778899aabbccddeeff"
+    fn session_ids_and_tickets_never_reach_the_log() {
+        let id = SessionId::random().unwrap();
+        let uri = format!("/session/{id}/ws?x=1&ticket=00112233445566778899aabbccddeeff")
             .parse()
             .unwrap();
-        assert_eq!(redacted(&uri), "/session/ab/ws?x=1&ticket=REDACTED");
+        assert_eq!(
+            redacted(&uri),
+            format!("/session/[{}]/ws?x=1&ticket=REDACTED", id.tag())
+        );
+        let near_miss = id.to_string().to_uppercase();
+        assert_eq!(
+            redacted(&format!("/session/{near_miss}").parse().unwrap()),
+            "/session/[malformed]"
+        );
+        assert_eq!(redacted(&"/session".parse().unwrap()), "/session");
         assert_eq!(redacted(&"/metrics".parse().unwrap()), "/metrics");
     }
 }

@@ -39,6 +39,8 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod admission;
+mod client_addr;
 mod config;
 mod connection;
 mod delivery;
@@ -55,10 +57,11 @@ mod routes;
 mod serve;
 mod state;
 
-pub use config::ServerConfig;
+pub use client_addr::TrustedProxy;
+pub use config::{InvalidConfig, MemoryBudget, ServerConfig, MIN_DURATION};
 pub use history::{HistoryConfig, HistoryError};
 pub use ids::SessionId;
 pub use layers::with_layers;
 pub use routes::{router, routes};
 pub use serve::{serve, serve_router, serve_state, spawn, RunningServer};
-pub use state::AppState;
+pub use state::{AppState, StartError};

@@ -237,7 +237,7 @@ impl Replica {
                     Acquired::Owner { published } => {
                         self.catch_up_locked(history, published).await?;
                         self.owner.store(true, Ordering::Release);
-                        tracing::info!(session = %self.id, published, "took the session over");
+                        tracing::info!(session = %self.id.tag(), published, "took the session over");
                     }
                     Acquired::Held { retry_after } => {
                         return Err(ReplicaError::OwnerUnavailable { retry_after })
@@ -278,7 +278,7 @@ impl Replica {
     /// Marks this instance as no longer the owner and wakes the tail.
     fn demote(&self) {
         if self.owner.swap(false, Ordering::AcqRel) {
-            tracing::info!(session = %self.id, "lost the session's lease");
+            tracing::info!(session = %self.id.tag(), "lost the session's lease");
             self.demoted.notify_one();
         }
     }
@@ -396,7 +396,7 @@ impl Replica {
                     // Redis is unreachable: the lease may lapse; the next
                     // append finds out (the script checks the lease).
                     Err(error) => {
-                        tracing::warn!(session = %replica.id, %error, "lease renewal failed")
+                        tracing::warn!(session = %replica.id.tag(), %error, "lease renewal failed")
                     }
                 }
             }
@@ -409,7 +409,7 @@ impl Replica {
         let _writer = self.writer.lock().await;
         if self.owner.swap(false, Ordering::AcqRel) {
             if let Err(error) = history.release(&self.id, self.token).await {
-                tracing::warn!(session = %self.id, %error, "lease release failed");
+                tracing::warn!(session = %self.id.tag(), %error, "lease release failed");
             }
         }
     }
@@ -448,7 +448,7 @@ impl Replica {
                     None => match history.tail(&this.id).await {
                         Ok(connection) => tail.insert(connection),
                         Err(error) => {
-                            tracing::warn!(session = %this.id, %error, "tail connection failed");
+                            tracing::warn!(session = %this.id.tag(), %error, "tail connection failed");
                             drop(this);
                             tokio::time::sleep(Duration::from_millis(500)).await;
                             continue;
@@ -465,7 +465,7 @@ impl Replica {
                 let events = match read {
                     Ok(events) => events,
                     Err(error) => {
-                        tracing::warn!(session = %id, %error, "tail read failed");
+                        tracing::warn!(session = %id.tag(), %error, "tail read failed");
                         tail = None;
                         continue;
                     }
@@ -478,7 +478,7 @@ impl Replica {
                     continue;
                 }
                 if let Err(error) = this.mirror_locked(&events) {
-                    tracing::warn!(session = %id, %error, "mirror cannot continue");
+                    tracing::warn!(session = %id.tag(), %error, "mirror cannot continue");
                     on_stale(error);
                     return;
                 }

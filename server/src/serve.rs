@@ -8,12 +8,14 @@
 //! after `shutdown_grace` — a client that stopped reading cannot take its
 //! last bytes — is dropped (the hard stop), so shutdown always ends.
 
+use crate::client_addr::{is_trusted, ClientKey};
 use crate::config::ServerConfig;
-use crate::connection::ConnectionHandle;
+use crate::connection::{ConnectionHandle, Peer};
 use crate::metrics::Limit;
 use crate::routes::router;
 use crate::state::{turned_true, AppState, Shared};
 use axum::extract::Request;
+use gapless_client::Failure;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
@@ -67,8 +69,12 @@ impl RunningServer {
 /// [`RunningServer::shutdown`].
 ///
 /// # Errors
-/// The bind's I/O error.
+/// An invalid `config` ([`ServerConfig::validate`], as
+/// `ErrorKind::InvalidInput`), or the bind's I/O error.
 pub async fn spawn(config: ServerConfig, addr: SocketAddr) -> std::io::Result<RunningServer> {
+    config
+        .validate()
+        .map_err(|error| std::io::Error::new(std::io::ErrorKind::InvalidInput, error))?;
     let listener = TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
     let (shutdown, on_shutdown) = watch::channel(false);
@@ -127,9 +133,9 @@ pub async fn serve_router(
         .header_read_timeout(shared.config.header_read_timeout);
     let mut shutdown = shared.lifecycle.shutdown.clone();
     loop {
-        let tcp = tokio::select! {
+        let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((tcp, _peer)) => tcp,
+                Ok(accepted) => accepted,
                 Err(error) => {
                     tracing::warn!(%error, "accept failed");
                     tokio::time::sleep(ACCEPT_BACKOFF).await;
@@ -152,15 +158,35 @@ pub async fn serve_router(
         }
         let Ok(permit) = Arc::clone(&connections).try_acquire_owned() else {
             shared.metrics.tripped(Limit::Connections);
-            tokio::spawn(refuse(tcp));
+            tokio::spawn(refuse(tcp, Refused::Connections));
             continue;
+        };
+        // A proxy's connections carry many clients: only the global limit
+        // applies to them.
+        let client_slot = if is_trusted(peer.ip(), &shared.config.trusted_proxies) {
+            None
+        } else {
+            match shared
+                .limits
+                .connections_per_client
+                .take(ClientKey::of(peer.ip()))
+            {
+                Some(slot) => Some(slot),
+                None => {
+                    shared.metrics.tripped(Limit::ConnectionsPerClient);
+                    tokio::spawn(refuse(tcp, Refused::ConnectionsPerClient));
+                    continue;
+                }
+            }
         };
         let handle = ConnectionHandle::default();
         let service = {
             let handle = handle.clone();
             let app = app.clone();
+            let peer = Peer(peer.ip());
             tower::service_fn(move |mut request: Request<Incoming>| {
                 request.extensions_mut().insert(handle.clone());
+                request.extensions_mut().insert(peer);
                 app.clone().oneshot(request)
             })
         };
@@ -170,7 +196,7 @@ pub async fn serve_router(
         let task = run_connection(connection, handle, Arc::clone(&shared));
         let task = async move {
             task.await;
-            drop(permit);
+            drop((permit, client_slot));
         };
         tokio::spawn(shared.lifecycle.track(task));
     }
@@ -227,13 +253,28 @@ where
     }
 }
 
-/// Answers a connection over the limit with `503 too_many_connections` and
-/// closes it.
-async fn refuse(mut tcp: TcpStream) {
-    const BODY: &str = r#"{"error":"too_many_connections"}"#;
+/// Which connection limit a refused connection met.
+#[derive(Clone, Copy, Debug)]
+enum Refused {
+    /// `max_connections`: `503 too_many_connections`.
+    Connections,
+    /// `max_connections_per_client`: `429 too_many_connections_per_client`.
+    ConnectionsPerClient,
+}
+
+/// Answers a connection over a limit with its JSON error and closes it.
+async fn refuse(mut tcp: TcpStream, refused: Refused) {
+    let (status, failure) = match refused {
+        Refused::Connections => ("503 Service Unavailable", Failure::TooManyConnections),
+        Refused::ConnectionsPerClient => (
+            "429 Too Many Requests",
+            Failure::TooManyConnectionsPerClient,
+        ),
+    };
+    let body = serde_json::to_string(&failure).unwrap_or_default();
     let answer = format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{BODY}",
-        BODY.len()
+        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{body}",
+        body.len()
     );
     let _ = tokio::time::timeout(REFUSAL_WRITE, async {
         let _ = tcp.write_all(answer.as_bytes()).await;

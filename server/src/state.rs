@@ -1,16 +1,18 @@
 //! What every handler shares: the configuration, the sessions, the
 //! metrics, and the server's lifecycle (shutdown signals, tracked tasks).
 
-use crate::config::ServerConfig;
+use crate::admission::{Bounded, ClientSlot, Held, PerClient};
+use crate::client_addr::ClientKey;
+use crate::config::{InvalidConfig, ServerConfig};
 use crate::history::{Attach, HistoryError, Raised, RedisHistory, Snapshot, Token};
-use crate::ids::SessionId;
-use crate::metrics::{Limit, Metrics};
+use crate::ids::{same_key, PublishKey, SessionId};
+use crate::metrics::{Limit, Metrics, RingTotals};
 use crate::replica::{Replica, ReplicaError};
 use gapless::session::{Session, SessionOptions, Transport};
 use gapless::{Config, ConfigError, Ring, Store};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio_util::task::TaskTracker;
@@ -35,9 +37,41 @@ pub(crate) struct Entry {
     /// Streams open on this session, current or being superseded; at most
     /// `max_streams_per_session` (checked before a stream is opened).
     pub(crate) streams: AtomicUsize,
+    /// With `--publish-keys`: the key emits and `DELETE` must present.
+    pub(crate) publish_key: Option<PublishKey>,
+    /// What the session holds against the server's limits, from its
+    /// insertion until it ends (`None` before and after).
+    admission: Mutex<Option<Admission>>,
 }
 
 impl Entry {
+    /// Hands the session what it holds against the limits.
+    fn admit(&self, admission: Admission) {
+        *self
+            .admission
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(admission);
+    }
+
+    /// Takes back what the session holds against the limits.
+    fn release(&self) -> Option<Admission> {
+        self.admission
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+
+    /// Whether `presented` (a request's publish key header) may emit into
+    /// and delete this session: always without `--publish-keys`; else only
+    /// this session's key, compared in constant time.
+    pub(crate) fn may_publish(&self, presented: Option<&PublishKey>) -> bool {
+        match (&self.publish_key, presented) {
+            (None, _) => true,
+            (Some(key), Some(presented)) => same_key(key, presented),
+            (Some(_), None) => false,
+        }
+    }
+
     /// Wakes every stream of this session to re-check whether it is current.
     pub(crate) fn notify_changed(&self) {
         self.changed.send_modify(|n| *n = n.wrapping_add(1));
@@ -82,13 +116,73 @@ impl Lifecycle {
     }
 }
 
+/// What a session holds against the server's limits, given back when it
+/// ends.
+#[derive(Debug)]
+struct Admission {
+    _session: Held,
+    _memory: Held,
+    _client: Option<ClientSlot>,
+}
+
+/// The totals and per-client allowances sessions and connections take
+/// from.
+pub(crate) struct Limits {
+    /// Live sessions; at most `max_sessions`.
+    pub(crate) sessions: Arc<Bounded>,
+    /// Bytes of ring the live sessions reserve; at most the memory budget.
+    pub(crate) ring_memory: Arc<Bounded>,
+    /// What one session's ring costs: `Geometry::footprint`.
+    pub(crate) ring_footprint: u64,
+    /// Live sessions per creating client.
+    pub(crate) sessions_per_client: Arc<PerClient>,
+    /// Open connections per client address.
+    pub(crate) connections_per_client: Arc<PerClient>,
+}
+
+impl Limits {
+    /// The limits of `config`, the memory budget resolved on this machine.
+    fn new(config: &ServerConfig) -> Result<Self, InvalidConfig> {
+        config.validate()?;
+        let geometry = config.ring().geometry().map_err(InvalidConfig::Ring)?;
+        let ring_footprint = geometry.footprint() as u64;
+        let budget = config.memory_budget.resolve().unwrap_or_else(|| {
+            tracing::warn!(
+                "the machine's memory cannot be read; no memory budget (set --memory-budget BYTES)"
+            );
+            u64::MAX
+        });
+        if budget < ring_footprint {
+            return Err(InvalidConfig::MemoryBudget {
+                budget,
+                per_session: ring_footprint,
+            });
+        }
+        let admitted = (budget / ring_footprint).min(config.max_sessions as u64);
+        tracing::debug!(
+            budget,
+            ring_footprint,
+            admitted,
+            "memory budget: sessions it admits at the configured ring"
+        );
+        Ok(Self {
+            sessions: Bounded::new(config.max_sessions as u64),
+            ring_memory: Bounded::new(budget),
+            ring_footprint,
+            sessions_per_client: PerClient::new(config.max_sessions_per_client),
+            connections_per_client: PerClient::new(config.max_connections_per_client),
+        })
+    }
+}
+
 /// Shared by every handler.
 pub(crate) struct Shared {
     pub(crate) config: ServerConfig,
-    /// Live sessions by ID.
-    pub(crate) sessions: Store<SessionId, Entry>,
-    /// Sessions live or being created; at most `config.max_sessions`.
-    session_count: AtomicUsize,
+    /// Live sessions by ID (shared with the metrics, which sum the rings
+    /// at scrape time).
+    pub(crate) sessions: Arc<Store<SessionId, Entry>>,
+    /// What sessions and connections hold against the server's limits.
+    pub(crate) limits: Limits,
     pub(crate) metrics: Metrics,
     pub(crate) lifecycle: Lifecycle,
     /// With `--redis`: the history every instance shares.
@@ -107,34 +201,30 @@ impl Shared {
         entry.last_active_ms.store(self.now_ms(), Ordering::Relaxed);
     }
 
-    /// A new session under a fresh random ID.
+    /// A new session under a fresh random ID, created by `client` (`None`:
+    /// not counted per client).
     ///
     /// # Errors
-    /// [`CreateError::TooMany`] at `max_sessions`; the OS random source
-    /// failed, or the configured ring cannot be built.
-    pub(crate) fn create_session(&self) -> Result<(SessionId, Arc<Entry>), CreateError> {
-        if self.session_count.fetch_add(1, Ordering::AcqRel) >= self.config.max_sessions {
-            self.session_count.fetch_sub(1, Ordering::AcqRel);
-            self.metrics.tripped(Limit::Sessions);
-            return Err(CreateError::TooMany);
-        }
-        let created = self.insert_session();
-        if created.is_err() {
-            self.session_count.fetch_sub(1, Ordering::AcqRel);
-        }
-        created
-    }
-
-    fn insert_session(&self) -> Result<(SessionId, Arc<Entry>), CreateError> {
+    /// [`CreateError::TooMany`] at `max_sessions`,
+    /// [`CreateError::TooManyForClient`] at `max_sessions_per_client`,
+    /// [`CreateError::MemoryBudget`] when the ring would not fit the budget;
+    /// the OS random source failed, or the configured ring cannot be built.
+    pub(crate) fn create_session(
+        &self,
+        client: Option<ClientKey>,
+    ) -> Result<(SessionId, Arc<Entry>), CreateError> {
+        let admission = self.admit(client)?;
         let options = self.session_options();
-        let ring_config = Config::default()
-            .events(self.config.ring_events)
-            .bytes(self.config.ring_bytes);
+        let ring_config = self.config.ring();
         loop {
             let id = SessionId::random().map_err(CreateError::Random)?;
             let token = match self.history {
                 Some(_) => Some(Token::random().map_err(CreateError::Random)?),
                 None => None,
+            };
+            let publish_key = match self.config.publish_keys {
+                true => Some(PublishKey::random().map_err(CreateError::Random)?),
+                false => None,
             };
             let (entry, created) = self
                 .sessions
@@ -144,15 +234,45 @@ impl Shared {
                         let replica = token.map(|token| {
                             Arc::new(Replica::new(id, token, Arc::clone(&ring), true))
                         });
-                        self.entry(id, Session::new(ring, options), replica)
+                        self.entry(id, Session::new(ring, options), replica, publish_key)
                     })
                 })
                 .map_err(CreateError::Ring)?;
             // A 128-bit collision with a live session: draw again.
             if created {
+                entry.admit(admission);
                 return Ok((id, entry));
             }
         }
+    }
+
+    /// What a new session holds against the limits: a session slot, its
+    /// ring's footprint of the memory budget, and (when `client` is known)
+    /// one of that client's slots. Each limit that trips is counted.
+    fn admit(&self, client: Option<ClientKey>) -> Result<Admission, CreateError> {
+        let Some(session) = self.limits.sessions.take(1) else {
+            self.metrics.tripped(Limit::Sessions);
+            return Err(CreateError::TooMany);
+        };
+        let client = match client {
+            Some(client) => match self.limits.sessions_per_client.take(client) {
+                Some(slot) => Some(slot),
+                None => {
+                    self.metrics.tripped(Limit::SessionsPerClient);
+                    return Err(CreateError::TooManyForClient);
+                }
+            },
+            None => None,
+        };
+        let Some(memory) = self.limits.ring_memory.take(self.limits.ring_footprint) else {
+            self.metrics.tripped(Limit::MemoryBudget);
+            return Err(CreateError::MemoryBudget);
+        };
+        Ok(Admission {
+            _session: session,
+            _memory: memory,
+            _client: client,
+        })
     }
 
     fn session_options(&self) -> SessionOptions {
@@ -163,11 +283,19 @@ impl Shared {
         }
     }
 
-    fn entry(&self, id: SessionId, session: Session, replica: Option<Arc<Replica>>) -> Entry {
+    fn entry(
+        &self,
+        id: SessionId,
+        session: Session,
+        replica: Option<Arc<Replica>>,
+        publish_key: Option<PublishKey>,
+    ) -> Entry {
         Entry {
             id,
             session,
             replica,
+            publish_key,
+            admission: Mutex::new(None),
             changed: watch::channel(0).0,
             last_active_ms: AtomicU64::new(self.now_ms()),
             streams: AtomicUsize::new(0),
@@ -182,17 +310,23 @@ impl Shared {
     /// session is not created).
     pub(crate) async fn create_shared_session(
         &self,
+        client: Option<ClientKey>,
     ) -> Result<(SessionId, Arc<Entry>), CreateError> {
         let Some(history) = &self.history else {
-            return self.create_session();
+            return self.create_session(client);
         };
         loop {
-            let (id, entry) = self.create_session()?;
+            let (id, entry) = self.create_session(client)?;
             let Some(replica) = &entry.replica else {
                 return Ok((id, entry));
             };
             match history
-                .create(&id, entry.session.epoch(), replica.token())
+                .create(
+                    &id,
+                    entry.session.epoch(),
+                    replica.token(),
+                    entry.publish_key,
+                )
                 .await
             {
                 Ok(true) => {
@@ -205,7 +339,7 @@ impl Shared {
                 }
                 Err(error) => {
                     self.drop_local(&id);
-                    self.metrics.history_failed(&error);
+                    self.metrics.history_failed(error.failure());
                     return Err(CreateError::History(error));
                 }
             }
@@ -235,27 +369,22 @@ impl Shared {
             Ok(None) => return Ok(None),
             Err(error) => return Err(self.history_failed(error)),
         };
-        if self.session_count.fetch_add(1, Ordering::AcqRel) >= self.config.max_sessions {
-            self.session_count.fetch_sub(1, Ordering::AcqRel);
-            self.metrics.tripped(Limit::Sessions);
-            return Err(LoadError::TooMany);
-        }
+        // A session loaded here was created by a client of another
+        // instance: it counts against this instance's totals, not against
+        // the client that asked for it.
+        let admission = self.admit(None).map_err(|error| match error {
+            CreateError::MemoryBudget => LoadError::MemoryBudget,
+            _ => LoadError::TooMany,
+        })?;
         let token = Token::random().map_err(|e| LoadError::Restore(e.to_string()))?;
-        let (entry, created) = match self
+        let (entry, created) = self
             .sessions
             .get_or_try_insert_with(*id, || self.restore(*id, token, &snapshot))
-        {
-            Ok(inserted) => inserted,
-            Err(error) => {
-                self.session_count.fetch_sub(1, Ordering::AcqRel);
-                return Err(LoadError::Restore(error));
-            }
-        };
+            .map_err(LoadError::Restore)?;
+        // Otherwise another request loaded it first, and holds its own.
         if created {
-            self.metrics.sessions_loaded.fetch_add(1, Ordering::Relaxed);
-        } else {
-            // Another request loaded it first.
-            self.session_count.fetch_sub(1, Ordering::AcqRel);
+            entry.admit(admission);
+            self.metrics.sessions_loaded.inc();
         }
         Ok(Some(entry))
     }
@@ -290,7 +419,7 @@ impl Shared {
         let session = Session::new(Arc::clone(&ring), self.session_options());
         session.raise_cursors(snapshot.acked, snapshot.sent);
         let replica = Arc::new(Replica::new(id, token, ring, false));
-        Ok(self.entry(id, session, Some(replica)))
+        Ok(self.entry(id, session, Some(replica), snapshot.publish_key))
     }
 
     /// Catches `entry`'s ring up with the shared history and raises its
@@ -315,10 +444,8 @@ impl Shared {
             }
             Err(ReplicaError::History(error)) => Err(self.session_history_failed(&entry.id, error)),
             Err(error) => {
-                tracing::info!(session = %entry.id, %error, "replica reloaded");
-                self.metrics
-                    .replicas_reloaded
-                    .fetch_add(1, Ordering::Relaxed);
+                tracing::info!(session = %entry.id.tag(), %error, "replica reloaded");
+                self.metrics.replicas_reloaded.inc();
                 self.drop_local(&entry.id);
                 self.find_session(&entry.id).await?.ok_or(LoadError::Gone)
             }
@@ -328,7 +455,7 @@ impl Shared {
     /// Counts a failed call to the shared history and types it for the
     /// answer.
     pub(crate) fn history_failed(&self, error: HistoryError) -> LoadError {
-        self.metrics.history_failed(&error);
+        self.metrics.history_failed(error.failure());
         match error {
             HistoryError::Gone => LoadError::Gone,
             other => LoadError::History(other),
@@ -427,10 +554,7 @@ impl Shared {
         let id = entry.id;
         replica.follow(history, move |_| {
             if let Some(shared) = shared.upgrade() {
-                shared
-                    .metrics
-                    .replicas_reloaded
-                    .fetch_add(1, Ordering::Relaxed);
+                shared.metrics.replicas_reloaded.inc();
                 shared.drop_local(&id);
             }
         });
@@ -459,17 +583,15 @@ impl Shared {
     /// streams end, its ring is freed when the last of them lets go.
     pub(crate) fn end_session(&self, id: &SessionId) -> Option<Arc<Entry>> {
         let entry = self.sessions.remove(id)?;
-        self.session_count.fetch_sub(1, Ordering::AcqRel);
+        // Its slots and memory are free at once, even while its last
+        // streams still end.
+        drop(entry.release());
         entry.session.close();
         entry.notify_changed();
         let stats = entry.session.ring().stats();
         let metrics = &self.metrics;
-        metrics
-            .evicted_in_deleted
-            .fetch_add(stats.evicted, Ordering::Relaxed);
-        metrics
-            .wrap_waits_in_deleted
-            .fetch_add(stats.wrap_waits, Ordering::Relaxed);
+        metrics.evicted_in_deleted.inc_by(stats.evicted);
+        metrics.wrap_waits_in_deleted.inc_by(stats.wrap_waits);
         Some(entry)
     }
 
@@ -490,10 +612,8 @@ impl Shared {
                     let (history, replica) = (Arc::clone(history), Arc::clone(replica));
                     tokio::spawn(async move { replica.release(history.as_ref()).await });
                 }
-                self.metrics
-                    .sessions_expired
-                    .fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(session = %id, "idle session ended");
+                self.metrics.sessions_expired.inc();
+                tracing::debug!(session = %id.tag(), "idle session ended");
             }
         }
     }
@@ -504,6 +624,10 @@ impl Shared {
 pub(crate) enum CreateError {
     /// `max_sessions` are live.
     TooMany,
+    /// The creating client holds `max_sessions_per_client` live sessions.
+    TooManyForClient,
+    /// One more ring would take the rings past the memory budget.
+    MemoryBudget,
     /// The OS random source failed (no guessable ID is issued instead).
     Random(gapless::id::RandomSourceError),
     /// The configured ring geometry is invalid or cannot be allocated.
@@ -517,6 +641,8 @@ pub(crate) enum CreateError {
 pub(crate) enum LoadError {
     /// `max_sessions` are live on this instance.
     TooMany,
+    /// One more ring would take this instance past its memory budget.
+    MemoryBudget,
     /// The session is gone from the shared history.
     Gone,
     /// The shared history is unavailable or holds something unexpected.
@@ -529,6 +655,8 @@ impl std::fmt::Display for CreateError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::TooMany => f.write_str("the session limit is reached"),
+            Self::TooManyForClient => f.write_str("the client's session limit is reached"),
+            Self::MemoryBudget => f.write_str("the memory budget is spent"),
             Self::Random(error) => error.fmt(f),
             Self::Ring(error) => write!(f, "session ring: {error}"),
             Self::History(error) => error.fmt(f),
@@ -547,19 +675,41 @@ impl AppState {
     /// Called inside a tokio runtime, it also starts the idle reaper, which
     /// ends sessions idle for `config.idle_timeout` and stops with the
     /// shutdown signal or when the last clone of the state is dropped.
+    ///
+    /// # Panics
+    /// `config` is invalid ([`ServerConfig::validate`]); [`AppState::try_new`]
+    /// returns the error instead.
+    #[track_caller]
     pub fn new(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Self {
+        match Self::try_new(config, shutdown) {
+            Ok(state) => state,
+            Err(error) => panic!("invalid ServerConfig: {error}"),
+        }
+    }
+
+    /// [`AppState::new`], or the reason `config` cannot run.
+    ///
+    /// # Errors
+    /// [`ServerConfig::validate`]'s, or a memory budget (a share of this
+    /// machine) that holds no session.
+    pub fn try_new(
+        config: ServerConfig,
+        shutdown: watch::Receiver<bool>,
+    ) -> Result<Self, InvalidConfig> {
         Self::with_history(config, None, shutdown)
     }
 
-    /// [`AppState::new`], connected to the shared history of
+    /// [`AppState::try_new`], connected to the shared history of
     /// `config.redis` when it is set.
     ///
     /// # Errors
-    /// The history's URL is malformed or Redis does not answer.
+    /// The configuration is invalid, the history's URL is malformed or
+    /// Redis does not answer.
     pub async fn connect(
         config: ServerConfig,
         shutdown: watch::Receiver<bool>,
-    ) -> Result<Self, HistoryError> {
+    ) -> Result<Self, StartError> {
+        config.validate()?;
         let history = match &config.redis {
             Some(redis) => {
                 let mut redis = redis.clone();
@@ -573,19 +723,30 @@ impl AppState {
             }
             None => None,
         };
-        Ok(Self::with_history(config, history, shutdown))
+        Ok(Self::with_history(config, history, shutdown)?)
     }
 
     fn with_history(
         config: ServerConfig,
         history: Option<Arc<RedisHistory>>,
         shutdown: watch::Receiver<bool>,
-    ) -> Self {
+    ) -> Result<Self, InvalidConfig> {
+        let limits = Limits::new(&config)?;
+        let sessions = Arc::new(Store::new(64));
+        let metrics = Metrics::new({
+            let sessions = Arc::clone(&sessions);
+            let memory = Arc::clone(&limits.ring_memory);
+            move || RingTotals {
+                reserved_bytes: memory.held(),
+                budget_bytes: memory.limit(),
+                ..ring_totals(&sessions)
+            }
+        });
         let shared = Arc::new(Shared {
             config,
-            sessions: Store::new(64),
-            session_count: AtomicUsize::new(0),
-            metrics: Metrics::default(),
+            sessions,
+            limits,
+            metrics,
             lifecycle: Lifecycle {
                 shutdown: shutdown.clone(),
                 hard_stop: watch::channel(false).0,
@@ -597,8 +758,57 @@ impl AppState {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(reap_idle_sessions(Arc::downgrade(&shared), shutdown));
         }
-        Self(shared)
+        Ok(Self(shared))
     }
+}
+
+/// Why a server could not start.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum StartError {
+    /// The configuration cannot run.
+    Config(InvalidConfig),
+    /// The shared history (`--redis`) cannot be reached.
+    History(HistoryError),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Config(error) => error.fmt(f),
+            Self::History(error) => write!(f, "--redis: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
+impl From<InvalidConfig> for StartError {
+    fn from(error: InvalidConfig) -> Self {
+        Self::Config(error)
+    }
+}
+
+impl From<HistoryError> for StartError {
+    fn from(error: HistoryError) -> Self {
+        Self::History(error)
+    }
+}
+
+/// What the live rings hold, for a scrape.
+fn ring_totals(sessions: &Store<SessionId, Entry>) -> RingTotals {
+    sessions
+        .entries()
+        .iter()
+        .fold(RingTotals::default(), |totals, (_, entry)| {
+            let stats = entry.session.ring().stats();
+            RingTotals {
+                sessions: totals.sessions + 1,
+                evicted: totals.evicted + stats.evicted,
+                wrap_waits: totals.wrap_waits + stats.wrap_waits,
+                ..totals
+            }
+        })
 }
 
 /// Checks for idle sessions a few times per idle timeout (at most every

@@ -5,10 +5,9 @@
 use crate::connection::ConnectionHandle;
 use crate::delivery::{self, copy_replay, Attached, NotReplayed, StreamSlot};
 use crate::error::ApiError;
-use crate::extract::{sse_cursor, JsonBody, SessionEntry};
-use crate::history::HistoryError;
+use crate::extract::{sse_cursor, JsonBody, Publisher, SessionEntry};
 use crate::ids::SessionId;
-use crate::metrics::Stage;
+use crate::metrics::{HistoryFailure, Stage};
 use crate::replica::ReplicaError;
 use crate::state::{AppState, Shared};
 use axum::extract::{Query, State};
@@ -21,12 +20,11 @@ use gapless::session::Refusal;
 use gapless::{EmitError, EventId};
 use gapless_client::wire::Emitted;
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 pub(crate) async fn emit(
     State(AppState(state)): State<AppState>,
-    SessionEntry { entry, .. }: SessionEntry,
+    Publisher(SessionEntry { entry, .. }): Publisher,
     JsonBody(bytes): JsonBody,
 ) -> Result<(StatusCode, Json<Emitted>), ApiError> {
     // JSON text is UTF-8 (RFC 8259); `IgnoredAny` skips strings unchecked.
@@ -57,7 +55,7 @@ pub(crate) async fn emit(
         }
         _ => ring.emit(&compact).map_err(too_large)?,
     };
-    state.metrics.events_emitted.fetch_add(1, Ordering::Relaxed);
+    state.metrics.events_emitted.inc();
     let id = EventId {
         epoch: entry.session.epoch(),
         seq,
@@ -86,9 +84,9 @@ fn too_large(error: EmitError) -> ApiError {
 fn replica_failed(state: &Shared, id: &SessionId, error: &ReplicaError) -> ApiError {
     match error {
         ReplicaError::OwnerUnavailable { retry_after } => {
-            state.metrics.history_failed(&HistoryError::NotOwner {
-                retry_after: *retry_after,
-            });
+            state
+                .metrics
+                .history_failed(HistoryFailure::OwnerUnavailable);
             ApiError::OwnerUnavailable {
                 retry_after_secs: retry_after.as_millis().div_ceil(1000).max(1) as u64,
             }
@@ -96,10 +94,7 @@ fn replica_failed(state: &Shared, id: &SessionId, error: &ReplicaError) -> ApiEr
         ReplicaError::History(error) => state.session_history_failed(id, error.clone()).into(),
         // This copy cannot continue; the next request loads it afresh.
         ReplicaError::Stale { .. } => {
-            state
-                .metrics
-                .replicas_reloaded
-                .fetch_add(1, Ordering::Relaxed);
+            state.metrics.replicas_reloaded.inc();
             state.drop_local(id);
             ApiError::HistoryUnavailable
         }

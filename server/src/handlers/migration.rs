@@ -16,7 +16,6 @@ use gapless::session::{Refusal, Ticket};
 use gapless::EventId;
 use gapless_client::wire::UpgradeGrant;
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -64,10 +63,7 @@ pub(crate) async fn upgrade(
     }
     match begun {
         Ok(grant) => {
-            state
-                .metrics
-                .migrations_granted
-                .fetch_add(1, Ordering::Relaxed);
+            state.metrics.migrations_granted.inc();
             Ok(Json(UpgradeGrant {
                 ticket: ticket.to_string(),
                 ws: format!("/session/{id}/ws?ticket={ticket}"),
@@ -144,10 +140,7 @@ pub(crate) async fn websocket(
         }
         Err(refusal) => return Err(ApiError::Refused(refuse(refusal))),
     };
-    state
-        .metrics
-        .migrations_completed
-        .fetch_add(1, Ordering::Relaxed);
+    state.metrics.migrations_completed.inc();
     let attached = Attached::new(Arc::clone(&state), slot, attachment, generation);
     match copy_replay(
         &state,

@@ -2,28 +2,33 @@
 //! `POST /session/{id}/ack`.
 
 use crate::error::ApiError;
-use crate::extract::{CursorJson, SessionEntry};
-use crate::ids::SessionId;
+use crate::extract::{Client, CursorJson, PresentedKey, SessionEntry, SessionPath};
 use crate::state::{AppState, CreateError};
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use gapless_client::wire::{Created, StateView};
-use std::sync::atomic::Ordering;
+use gapless_client::wire::{Created, CreatedAnswer, StateView};
 
 /// The `Retry-After` of `503 too_many_sessions`.
 const RETRY_AFTER_SECS: u64 = 5;
 
 pub(crate) async fn create(
     State(AppState(state)): State<AppState>,
-) -> Result<(StatusCode, Json<Created>), ApiError> {
+    Client(client): Client,
+) -> Result<(StatusCode, Json<CreatedAnswer>), ApiError> {
     let (id, entry) = state
-        .create_shared_session()
+        .create_shared_session(client)
         .await
         .map_err(|error| match error {
             // Sessions end on DELETE and on idle expiry; a few seconds is a
             // fair first wait.
             CreateError::TooMany => ApiError::TooManySessions {
+                retry_after_secs: RETRY_AFTER_SECS,
+            },
+            CreateError::TooManyForClient => ApiError::TooManySessionsPerClient {
+                retry_after_secs: RETRY_AFTER_SECS,
+            },
+            CreateError::MemoryBudget => ApiError::MemoryBudgetExceeded {
                 retry_after_secs: RETRY_AFTER_SECS,
             },
             CreateError::History(error) => {
@@ -32,15 +37,15 @@ pub(crate) async fn create(
             }
             other => ApiError::Internal(other.to_string()),
         })?;
-    state
-        .metrics
-        .sessions_created
-        .fetch_add(1, Ordering::Relaxed);
+    state.metrics.sessions_created.inc();
     Ok((
         StatusCode::CREATED,
-        Json(Created {
-            session: id.to_string(),
-            epoch: entry.session.epoch(),
+        Json(CreatedAnswer {
+            created: Created {
+                session: id.to_string(),
+                epoch: entry.session.epoch(),
+            },
+            publish_key: entry.publish_key.map(|key| key.to_string()),
         }),
     ))
 }
@@ -63,11 +68,21 @@ pub(crate) async fn state(
 
 pub(crate) async fn delete(
     State(AppState(state)): State<AppState>,
-    Path(id): Path<String>,
+    SessionPath(id): SessionPath,
+    PresentedKey(key): PresentedKey,
 ) -> Result<StatusCode, ApiError> {
-    // Not the `SessionEntry` extractor: the removal itself is the lookup,
-    // so two concurrent deletes cannot both succeed.
-    let id: SessionId = id.parse().map_err(|_| ApiError::NoSuchSession)?;
+    // With publish keys, only the key's holder deletes. The removal itself
+    // is the lookup (two concurrent deletes cannot both succeed), so the
+    // session is only looked up here to check the key.
+    if state.config.publish_keys {
+        let entry = state
+            .find_session(&id)
+            .await?
+            .ok_or(ApiError::NoSuchSession)?;
+        if !entry.may_publish(key.as_ref()) {
+            return Err(ApiError::PublishKeyRequired);
+        }
+    }
     match &state.history {
         // The history is the record: delete there first (every instance's
         // copy finds it gone at its next look), then here.
@@ -85,10 +100,7 @@ pub(crate) async fn delete(
             state.end_session(&id).ok_or(ApiError::NoSuchSession)?;
         }
     }
-    state
-        .metrics
-        .sessions_deleted
-        .fetch_add(1, Ordering::Relaxed);
+    state.metrics.sessions_deleted.inc();
     Ok(StatusCode::NO_CONTENT)
 }
 

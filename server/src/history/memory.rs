@@ -201,6 +201,7 @@ impl History for MemoryHistory {
                 .take(count)
                 .map(|(seq, payload)| (*seq, payload.clone()))
                 .collect(),
+            publish_key: None,
         }))
     }
 

@@ -6,7 +6,7 @@
 use super::{
     Acquired, Attach, History, HistoryConfig, HistoryError, Raised, Snapshot, Tail, Token,
 };
-use crate::ids::SessionId;
+use crate::ids::{PublishKey, SessionId};
 use bytes::Bytes;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, Script, Value};
@@ -130,6 +130,7 @@ impl RedisHistory {
         id: &SessionId,
         epoch: u64,
         owner: Token,
+        publish_key: Option<PublishKey>,
     ) -> Result<bool, HistoryError> {
         let keys = Keys::of(id);
         let mut connection = self.connection.clone();
@@ -140,7 +141,8 @@ impl RedisHistory {
             .arg(format!("{epoch:016x}"))
             .arg(owner.to_string())
             .arg(Self::ms(self.config.lease_ttl))
-            .arg(Self::ms(self.config.idle));
+            .arg(Self::ms(self.config.idle))
+            .arg(publish_key.map(|key| key.to_string()).unwrap_or_default());
         let created: i64 = self.call(invocation.invoke_async(&mut connection)).await?;
         Ok(created == 1)
     }
@@ -205,7 +207,7 @@ impl RedisHistory {
         let value: Value = self.call(invocation.invoke_async(&mut connection)).await?;
         let items = match value {
             Value::Nil => return Ok(None),
-            Value::Array(items) if items.len() == 5 => items,
+            Value::Array(items) if items.len() == 6 => items,
             other => return Err(HistoryError::Corrupt(format!("read answered {other:?}"))),
         };
         let mut items = items.into_iter();
@@ -220,12 +222,20 @@ impl RedisHistory {
         if newest_first {
             events.reverse();
         }
+        let publish_key = match text_of(items.next().unwrap_or(Value::Nil))? {
+            key if key.is_empty() => None,
+            key => Some(
+                key.parse()
+                    .map_err(|_| HistoryError::Corrupt("publish key".into()))?,
+            ),
+        };
         Ok(Some(Snapshot {
             epoch,
             published,
             acked,
             sent,
             events,
+            publish_key,
         }))
     }
 

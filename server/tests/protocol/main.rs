@@ -15,6 +15,7 @@
 #[path = "../../../tests/decoders/mod.rs"]
 mod decoders;
 
+mod access;
 mod bad_input;
 mod delivery;
 mod limits;

@@ -21,7 +21,7 @@ mod report;
 use clap::Args;
 use gapless::session::GapDetector;
 use gapless_client::{Client, Incoming, Refusal, SseStream};
-use gapless_server::{spawn, ServerConfig};
+use gapless_server::{spawn, MemoryBudget, ServerConfig};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -458,6 +458,14 @@ async fn run(args: LoadArgs) -> Result<Vec<String>, String> {
         ring_events: args.ring_events,
         ring_bytes: args.ring_bytes,
         max_sessions,
+        // Every client of the run is on this loopback address: the per-client
+        // limits would be the global ones, met first.
+        max_sessions_per_client: max_sessions,
+        max_connections_per_client: usize::MAX,
+        // The run reserves sessions x footprint (5000 default rings: 21 GB)
+        // on purpose, to show that only what is written becomes resident;
+        // the RSS budget below is the memory check.
+        memory_budget: MemoryBudget::Bytes(u64::MAX),
         write_timeout: Duration::from_secs_f64(args.write_timeout),
         shutdown_grace: Duration::from_secs(5),
         ..ServerConfig::default()

@@ -27,7 +27,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the protocol of docs/PROTOCOL.md.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// The main job: the server under churn, driven in-process by clients
     /// that drop, resume and migrate with true, stale and echoed cursors.
     /// Exits non-zero if any client saw a silent gap.

@@ -3,7 +3,10 @@
 //! the listening line, and the signals.
 
 use clap::Args;
-use gapless_server::{serve_state, AppState, HistoryConfig, ServerConfig};
+use gapless_server::{
+    serve_state, AppState, HistoryConfig, InvalidConfig, MemoryBudget, ServerConfig, StartError,
+    TrustedProxy,
+};
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -34,6 +37,20 @@ pub struct ServeArgs {
     /// Live sessions at most; beyond: 503 too_many_sessions.
     #[arg(long, env = "GAPLESS_MAX_SESSIONS", default_value_t = 10_000)]
     max_sessions: usize,
+    /// Live sessions one client (address) created at most; beyond: 429
+    /// too_many_sessions_per_client.
+    #[arg(long, env = "GAPLESS_MAX_SESSIONS_PER_CLIENT", default_value_t = 1_000)]
+    max_sessions_per_client: usize,
+    /// What the session rings may reserve together: bytes (8GiB, 512MiB,
+    /// 1073741824) or a share of the machine's memory (50%); beyond: 503
+    /// memory_budget_exceeded.
+    #[arg(long, env = "GAPLESS_MEMORY_BUDGET", default_value = "50%")]
+    memory_budget: MemoryBudget,
+    /// Return a publish key from POST /session and require it (header
+    /// gapless-publish-key) for emits and DELETE: the session ID then only
+    /// reads.
+    #[arg(long, env = "GAPLESS_PUBLISH_KEYS")]
+    publish_keys: bool,
     /// Seconds without a request or an attached transport after which a
     /// session ends.
     #[arg(long, env = "GAPLESS_IDLE_TIMEOUT", default_value = "600", value_parser = seconds)]
@@ -58,9 +75,30 @@ pub struct ServeArgs {
     /// Seconds a connection may take to send a request head.
     #[arg(long, env = "GAPLESS_HEADER_READ_TIMEOUT", default_value = "10", value_parser = seconds)]
     header_read_timeout: Duration,
+    /// Seconds a request body may take to arrive after its head; beyond:
+    /// 408 body_read_timeout and the connection closes.
+    #[arg(long, env = "GAPLESS_BODY_READ_TIMEOUT", default_value = "30", value_parser = seconds)]
+    body_read_timeout: Duration,
     /// Open connections at most; beyond: 503 too_many_connections.
     #[arg(long, env = "GAPLESS_MAX_CONNECTIONS", default_value_t = 10_000)]
     max_connections: usize,
+    /// Open connections from one client address at most; beyond: 429
+    /// too_many_connections_per_client.
+    #[arg(
+        long,
+        env = "GAPLESS_MAX_CONNECTIONS_PER_CLIENT",
+        default_value_t = 256
+    )]
+    max_connections_per_client: usize,
+    /// A proxy (ADDRESS or ADDRESS/PREFIX) whose X-Forwarded-For names the
+    /// client for the per-client limits (repeatable; in the environment,
+    /// comma-separated).
+    #[arg(
+        long = "trusted-proxy",
+        env = "GAPLESS_TRUSTED_PROXY",
+        value_delimiter = ','
+    )]
+    trusted_proxies: Vec<TrustedProxy>,
     /// Streams open on one session at most; beyond: 429 too_many_streams.
     #[arg(long, env = "GAPLESS_MAX_STREAMS_PER_SESSION", default_value_t = 4)]
     max_streams_per_session: usize,
@@ -90,7 +128,8 @@ pub struct ServeArgs {
     lease_ttl: Duration,
 }
 
-/// A positive, finite number of seconds.
+/// A positive, finite number of seconds (what the server can run with is
+/// checked after: [`ServerConfig::validate`]).
 fn seconds(text: &str) -> Result<Duration, String> {
     match text.parse::<f64>() {
         Ok(secs) if secs.is_finite() && secs > 0.0 && secs < 1e9 => {
@@ -103,34 +142,31 @@ fn seconds(text: &str) -> Result<Duration, String> {
 }
 
 impl ServeArgs {
-    fn config(&self) -> Result<ServerConfig, String> {
-        gapless::Config::default()
-            .events(self.ring_events)
-            .bytes(self.ring_bytes)
-            .geometry()
-            .map_err(|error| error.to_string())?;
-        if self.max_sessions == 0 || self.max_connections == 0 || self.max_streams_per_session == 0
-        {
-            return Err("--max-sessions, --max-connections and --max-streams-per-session must be at least 1".into());
-        }
-        Ok(ServerConfig {
+    fn config(&self) -> Result<ServerConfig, InvalidConfig> {
+        let config = ServerConfig {
             ring_events: self.ring_events,
             ring_bytes: self.ring_bytes,
             strict: self.strict,
             max_body: self.max_body,
             max_sessions: self.max_sessions,
+            max_sessions_per_client: self.max_sessions_per_client,
+            memory_budget: self.memory_budget,
             idle_timeout: self.idle_timeout,
             shutdown_grace: self.shutdown_grace,
             write_timeout: self.write_timeout,
             sse_retry: Duration::from_millis(self.sse_retry_ms),
             cors_origins: self.cors_origins.clone(),
             header_read_timeout: self.header_read_timeout,
+            body_read_timeout: self.body_read_timeout,
             max_connections: self.max_connections,
+            max_connections_per_client: self.max_connections_per_client,
+            trusted_proxies: self.trusted_proxies.clone(),
             max_streams_per_session: self.max_streams_per_session,
             ws_max_message: self.ws_max_message,
             send_buffer: self.send_buffer,
             ping_interval: self.ping_interval,
             pong_timeout: self.pong_timeout,
+            publish_keys: self.publish_keys,
             redis: self.redis.as_ref().map(|url| HistoryConfig {
                 url: url.clone(),
                 timeout: self.redis_timeout,
@@ -139,7 +175,9 @@ impl ServeArgs {
                 idle: self.idle_timeout,
             }),
             ..ServerConfig::default()
-        })
+        };
+        config.validate()?;
+        Ok(config)
     }
 
     /// Serves until a signal; prints `listening on http://ADDR` once it
@@ -178,11 +216,14 @@ impl ServeArgs {
         });
         // Connected before the listening line: a Redis that does not answer
         // is a startup error, not a server that answers 503 to everything.
-        let redis = config.redis.as_ref().map(|redis| redis.url.clone());
         let state = match AppState::connect(config, on_stop).await {
             Ok(state) => state,
+            Err(StartError::Config(error)) => {
+                eprintln!("error: {error}");
+                return ExitCode::from(2);
+            }
             Err(error) => {
-                eprintln!("error: --redis {}: {error}", redis.unwrap_or_default());
+                eprintln!("error: {error}");
                 return ExitCode::FAILURE;
             }
         };

@@ -1,0 +1,173 @@
+//! What a session or a connection holds against the server's limits, as
+//! guards that give it back when dropped: a share of a bounded total
+//! ([`Bounded`]: sessions, ring memory, connections) and a slot of one
+//! client's allowance ([`PerClient`]). A request that would go past a limit
+//! takes nothing: every check is made before anything is held, and a guard
+//! taken by a check that later fails is dropped on the way out.
+
+use crate::client_addr::ClientKey;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// A total that may not go past its limit (live sessions, bytes of ring).
+#[derive(Debug)]
+pub(crate) struct Bounded {
+    /// The most that may be held at once.
+    limit: u64,
+    /// What the live [`Held`] guards hold together; never above `limit`
+    /// (a take that would pass it is undone before anyone can see it pass
+    /// for long, and fails).
+    held: AtomicU64,
+}
+
+impl Bounded {
+    pub(crate) fn new(limit: u64) -> Arc<Self> {
+        Arc::new(Self {
+            limit,
+            held: AtomicU64::new(0),
+        })
+    }
+
+    /// Takes `amount`, or nothing if that would pass the limit.
+    pub(crate) fn take(self: &Arc<Self>, amount: u64) -> Option<Held> {
+        let taken = self
+            .held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                held.checked_add(amount)
+                    .filter(|&total| total <= self.limit)
+            });
+        taken.ok().map(|_| Held {
+            from: Arc::clone(self),
+            amount,
+        })
+    }
+
+    /// What is held now.
+    pub(crate) fn held(&self) -> u64 {
+        self.held.load(Ordering::Acquire)
+    }
+
+    /// The limit.
+    pub(crate) fn limit(&self) -> u64 {
+        self.limit
+    }
+}
+
+/// A share of a [`Bounded`] total, given back on drop.
+#[derive(Debug)]
+pub(crate) struct Held {
+    from: Arc<Bounded>,
+    amount: u64,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.from.held.fetch_sub(self.amount, Ordering::AcqRel);
+    }
+}
+
+/// How many slots each client holds, at most `limit` each. Only clients
+/// holding a slot have an entry, so the table is bounded by the slots the
+/// global limit allows.
+#[derive(Debug)]
+pub(crate) struct PerClient {
+    limit: usize,
+    held: Mutex<HashMap<ClientKey, usize>>,
+}
+
+impl PerClient {
+    pub(crate) fn new(limit: usize) -> Arc<Self> {
+        Arc::new(Self {
+            limit,
+            held: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// A slot for `client`, or `None` if it holds `limit` already.
+    pub(crate) fn take(self: &Arc<Self>, client: ClientKey) -> Option<ClientSlot> {
+        // The map is only counted, never left half-updated: a panic while
+        // holding the lock cannot leave it inconsistent.
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = held.entry(client).or_insert(0);
+        if *count >= self.limit {
+            if *count == 0 {
+                held.remove(&client);
+            }
+            return None;
+        }
+        *count += 1;
+        Some(ClientSlot {
+            table: Arc::clone(self),
+            client,
+        })
+    }
+
+    /// Slots `client` holds now.
+    #[cfg(test)]
+    pub(crate) fn held_by(&self, client: ClientKey) -> usize {
+        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        held.get(&client).copied().unwrap_or(0)
+    }
+}
+
+/// One client's slot, given back on drop.
+#[derive(Debug)]
+pub(crate) struct ClientSlot {
+    table: Arc<PerClient>,
+    client: ClientKey,
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        let mut held = self
+            .table
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = held.get_mut(&self.client) {
+            *count -= 1;
+            if *count == 0 {
+                held.remove(&self.client);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Bounded, PerClient};
+    use crate::client_addr::ClientKey;
+
+    #[test]
+    fn a_bounded_total_never_passes_its_limit_and_guards_give_back() {
+        let memory = Bounded::new(10);
+        let a = memory.take(6).expect("6 of 10");
+        assert!(memory.take(5).is_none(), "6 + 5 > 10");
+        assert_eq!(memory.held(), 6, "a refused take holds nothing");
+        let b = memory.take(4).expect("exactly the limit");
+        drop(a);
+        assert_eq!(memory.held(), 4);
+        drop(b);
+        assert_eq!(memory.held(), 0);
+        assert!(memory.take(u64::MAX).is_none(), "no overflow");
+    }
+
+    #[test]
+    fn each_client_has_its_own_allowance_and_the_table_forgets_idle_clients() {
+        let table = PerClient::new(2);
+        let (one, two) = (
+            ClientKey::of("192.0.2.1".parse().unwrap()),
+            ClientKey::of("192.0.2.2".parse().unwrap()),
+        );
+        let first = table.take(one).unwrap();
+        let _second = table.take(one).unwrap();
+        assert!(table.take(one).is_none(), "the third slot of one client");
+        let other = table.take(two).expect("another client is not affected");
+        drop(first);
+        assert!(table.take(one).is_some(), "a slot given back is free again");
+        drop(other);
+        assert_eq!(table.held_by(two), 0);
+        assert!(!table.held.lock().unwrap().contains_key(&two));
+    }
+}
