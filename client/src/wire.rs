@@ -38,7 +38,7 @@ pub struct CreatedAnswer {
 }
 
 /// The request header that carries a session's publish key (see
-/// [`Created::publish_key`]).
+/// [`CreatedAnswer::publish_key`]).
 pub const PUBLISH_KEY_HEADER: &str = "gapless-publish-key";
 
 impl Created {

@@ -16,22 +16,28 @@
 //!
 //! ## Layers
 //!
-//! Each module depends only on those above it:
+//! Each module imports only modules above it in this table (CI runs
+//! `scripts/module-graph.py`, which fails on any import cycle):
 //!
 //! | module | holds |
 //! |---|---|
-//! | `config` | [`ServerConfig`] |
+//! | `client_addr` | who a client is: peer address, [`TrustedProxy`], `X-Forwarded-For` |
+//! | `ids` | [`SessionId`] and the publish key: [`gapless::id::Id`]s |
+//! | `json` | compacting JSON text without re-encoding it |
+//! | `connection` | the peer address and a handle that lets a stream drop its TCP connection |
+//! | `metrics` | the `prometheus-client` families and their typed labels |
+//! | `config` | [`ServerConfig`], [`HistoryConfig`], [`ServerConfig::validate`] |
+//! | `admission` | what sessions and connections hold against the limits, given back on drop |
 //! | `history` | the shared history in Redis (`--redis`): scripts, leases, reads, tails |
 //! | `replica` | one session's local ring as a replica of its history: owner appends, mirror tail |
-//! | `state` | [`AppState`]: sessions, metrics, the shutdown signal |
+//! | `state` | [`AppState`]: sessions, limits, metrics, the shutdown signal |
 //! | `error` | every error answer, rendered to its `gapless_client::wire` body |
-//! | `connection` | a handle that lets a stream drop its TCP connection |
-//! | `extract` | the session in the path, bodies within the limit, cursors |
+//! | `extract` | the session in the path, the client, the publish key, bodies within the limits, cursors |
 //! | `delivery` | the one replay → follow → gap → detach loop, and its SSE and WebSocket transports |
 //! | `handlers` | one handler per route |
-//! | `layers` | request logs, panic → 500, JSON errors, CORS ([`with_layers`]) |
+//! | `layers` | request logs (session IDs as tags, tickets redacted), panic → 500, JSON errors, CORS ([`with_layers`]) |
 //! | `routes` | [`router`], [`routes`] |
-//! | `serve` | the accept loop: connection limit, header-read timeout, two-phase shutdown |
+//! | `serve` | the accept loop: connection limits, header-read timeout, two-phase shutdown |
 //!
 //! The wire bodies are `gapless_client::wire` types, so this server and the
 //! client crate serialise and parse the same definitions.
@@ -60,7 +66,7 @@ mod state;
 pub use client_addr::TrustedProxy;
 pub use config::{InvalidConfig, MemoryBudget, ServerConfig, MIN_DURATION};
 pub use history::{HistoryConfig, HistoryError};
-pub use ids::SessionId;
+pub use ids::{PublishKey, PublishKeyKind, SessionId, SessionKind};
 pub use layers::with_layers;
 pub use routes::{router, routes};
 pub use serve::{serve, serve_router, serve_state, spawn, RunningServer};

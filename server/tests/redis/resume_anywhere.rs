@@ -231,3 +231,41 @@ async fn a_websocket_attached_on_one_instance_supersedes_a_stream_on_another() {
     })
     .await;
 }
+
+/// With `--publish-keys`, the key is part of the session's record in Redis:
+/// an instance that loads the session asks for the same key (an emit or a
+/// `DELETE` without it is `403`), and reads on it need only the ID.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_publish_key_made_on_one_instance_is_required_on_every_instance() {
+    bounded("publish keys across instances", async {
+        let redis = RedisServer::start(Persistence::None);
+        let (_a, client_a) = instance(&redis, &["--publish-keys"]).await;
+        let (_b, client_b) = instance(&redis, &["--publish-keys"]).await;
+        let created = client_a.create_session().await.expect("create on A");
+        let session = created.session.clone();
+        let key = client_a.publish_key(&session).expect("a publish key");
+        client_a
+            .emit_raw(&session, payload(0, 0))
+            .await
+            .expect("the owner emits on A");
+        // B loads the session from Redis: its key comes with it.
+        assert!(matches!(
+            client_b.emit_raw(&session, payload(0, 1)).await,
+            Err(ClientError::PublishKeyRequired)
+        ));
+        assert!(matches!(
+            client_b.delete(&session).await,
+            Err(ClientError::PublishKeyRequired)
+        ));
+        let mut received = Received::default();
+        let mut stream = client_b.open_sse(&session, None).await.expect("SSE on B");
+        received.read_through(&mut stream, 1, created.epoch).await;
+        drop(stream);
+        client_b.set_publish_key(&session, &key);
+        client_b
+            .delete(&session)
+            .await
+            .expect("the key deletes on B");
+    })
+    .await;
+}
