@@ -415,12 +415,25 @@ fn flags_that_could_panic_the_server_are_refused_at_startup() {
         ),
         (&["--trusted-proxy", "10.0.0.1/8"][..], "--trusted-proxy"),
     ] {
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_gapless-server"))
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gapless-server"))
             .args(["serve", "--addr", "127.0.0.1:0"])
             .args(args)
             .stdin(std::process::Stdio::null())
-            .output()
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
             .expect("run gapless-server");
+        // A server that accepted the flags would serve on: bounded wait.
+        let deadline = std::time::Instant::now() + IO;
+        while child.try_wait().expect("try_wait").is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{args:?}: the server started instead of refusing");
+            }
+            std::thread::sleep(Duration::from_millis(10)); // polling, bounded
+        }
+        let output = child.wait_with_output().expect("output");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(stderr.contains(flag), "{args:?}: {stderr}");

@@ -102,3 +102,118 @@ async fn metrics_are_prometheus_text_with_the_protocols_figures() {
     })
     .await;
 }
+
+/// The names `/metrics` serves are a contract with dashboards and alerts:
+/// every family, sample name, type and label value is pinned here, so a
+/// rename (or a label value that disappears) fails this test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_metric_name_and_label_is_pinned() {
+    bounded("metric names", async {
+        let (server, client) = start(small_ring(4)).await;
+        let metrics = scrape(&client).await;
+        let counters = [
+            "gapless_sessions_created_total",
+            "gapless_sessions_deleted_total",
+            "gapless_events_emitted_total",
+            "gapless_events_replayed_total",
+            "gapless_events_streamed_total",
+            "gapless_events_evicted_total",
+            "gapless_emit_wrap_waits_total",
+            "gapless_migrations_granted_total",
+            "gapless_migrations_completed_total",
+            "gapless_lapped_readers_total",
+            "gapless_sessions_expired_total",
+            "gapless_sessions_loaded_total",
+            "gapless_replicas_reloaded_total",
+        ];
+        let gauges = [
+            "gapless_sessions",
+            "gapless_ring_memory_reserved_bytes",
+            "gapless_ring_memory_budget_bytes",
+        ];
+        let reasons = [
+            "gap_not_covered",
+            "cursor_ahead",
+            "foreign_epoch",
+            "cursor_mismatch",
+            "migration_in_progress",
+            "bad_ticket",
+            "not_drained",
+        ];
+        let labelled: [(&str, &str, &[&str]); 4] = [
+            (
+                "gapless_limits_tripped_total",
+                "kind",
+                &[
+                    "sessions",
+                    "sessions_per_client",
+                    "memory_budget",
+                    "connections",
+                    "connections_per_client",
+                    "streams_per_session",
+                    "write_timeout",
+                    "header_read_timeout",
+                    "body_read_timeout",
+                    "ws_message_size",
+                    "pong_timeout",
+                    "panic",
+                ],
+            ),
+            (
+                "gapless_history_errors_total",
+                "kind",
+                &["unavailable", "owner_unavailable", "gone", "corrupt"],
+            ),
+            ("gapless_migrations_refused_total", "reason", &reasons),
+            ("gapless_resumes_refused_total", "reason", &reasons),
+        ];
+        let mut expected: Vec<String> = counters
+            .iter()
+            .chain(&gauges)
+            .map(|name| (*name).to_owned())
+            .collect();
+        for (name, key, values) in labelled {
+            for value in values {
+                expected.push(format!("{name}{{{key}=\"{value}\"}}"));
+            }
+        }
+        let mut served: Vec<String> = metrics
+            .samples
+            .iter()
+            .map(|sample| {
+                let labels: Vec<String> = sample
+                    .labels
+                    .iter()
+                    .map(|(k, v)| format!("{k}=\"{v}\""))
+                    .collect();
+                if labels.is_empty() {
+                    sample.name.clone()
+                } else {
+                    format!("{}{{{}}}", sample.name, labels.join(","))
+                }
+            })
+            .collect();
+        expected.sort();
+        served.sort();
+        assert_eq!(served, expected, "\n{}", metrics.text);
+        for name in counters {
+            assert!(
+                metrics.text.contains(&format!("# TYPE {name} counter\n")),
+                "{name} is a counter:\n{}",
+                metrics.text
+            );
+        }
+        for (name, _, _) in labelled {
+            assert!(metrics.text.contains(&format!("# TYPE {name} counter\n")));
+        }
+        for name in gauges {
+            assert!(
+                metrics.text.contains(&format!("# TYPE {name} gauge\n")),
+                "{name} is a gauge:\n{}",
+                metrics.text
+            );
+        }
+        stop(server).await;
+    })
+    .await;
+}
