@@ -84,6 +84,10 @@ pub struct ServerConfig {
     /// How long a ping may go without a pong before the socket is closed
     /// (default 20 s).
     pub pong_timeout: Duration,
+    /// With `redis`: emits waiting for Redis on this instance at most;
+    /// beyond, an emit is answered `503 history_unavailable` at once
+    /// (default 10,000).
+    pub max_queued_emits: usize,
     /// Separate read and write capabilities: `POST /session` also returns a
     /// publish key, which emits and `DELETE` must present (default off: the
     /// session ID is both).
@@ -120,6 +124,7 @@ impl Default for ServerConfig {
             send_buffer: 256 << 10,
             ping_interval: Duration::from_secs(20),
             pong_timeout: Duration::from_secs(20),
+            max_queued_emits: 10_000,
             publish_keys: false,
             redis: None,
         }
@@ -140,8 +145,7 @@ impl ServerConfig {
 
     /// Checks what the server could not run with: a ring outside the
     /// engine's limits, a count limit of 0, a timer shorter than
-    /// [`MIN_DURATION`] (a lease shorter than three of them: it is renewed
-    /// every third), a memory budget that holds no session.
+    /// [`MIN_DURATION`], a memory budget that holds no session.
     ///
     /// # Errors
     /// The first problem found, named by its `serve` flag.
@@ -158,6 +162,7 @@ impl ServerConfig {
             ("--max-streams-per-session", self.max_streams_per_session),
             ("--max-body", self.max_body),
             ("--ws-max-message", self.ws_max_message),
+            ("--max-queued-emits", self.max_queued_emits),
         ] {
             if value == 0 {
                 return Err(InvalidConfig::ZeroLimit { flag });
@@ -177,7 +182,6 @@ impl ServerConfig {
         ];
         if let Some(redis) = &self.redis {
             timers.push(("--redis-timeout", redis.timeout, MIN_DURATION));
-            timers.push(("--lease-ttl", redis.lease_ttl, 3 * MIN_DURATION));
         }
         for (flag, value, min) in timers {
             if value < min {
@@ -359,13 +363,12 @@ pub struct HistoryConfig {
     pub url: String,
     /// Deadline of every Redis call (default 2 s).
     pub timeout: Duration,
-    /// How long an owner's lease lasts unless renewed; renewed every third
-    /// of it. Another instance takes over a session at most this long after
-    /// its owner died (default 10 s).
-    pub lease_ttl: Duration,
-    /// Events kept per session stream (`MAXLEN ~`, so at least this many);
-    /// the server sets it to its ring size, never less.
+    /// Events kept per session in Redis at most: the server sets it to its
+    /// ring's events.
     pub retention: usize,
+    /// Payload bytes kept per session in Redis at most (never fewer than
+    /// the newest event): the server sets it to its ring's bytes.
+    pub retention_bytes: usize,
     /// A session's keys expire after this long without an append or a
     /// cursor update (the server's idle timeout).
     pub idle: Duration,

@@ -43,12 +43,10 @@ pub(crate) enum ApiError {
     /// `403 publish_key_required`: with `--publish-keys`, an emit or
     /// `DELETE` without the session's publish key.
     PublishKeyRequired,
-    /// `503 history_unavailable`: the shared history (Redis) did not
-    /// answer; nothing was acknowledged.
+    /// `503 history_unavailable` with `Retry-After`: the shared history
+    /// (Redis) did not answer, or too many emits wait for it on this
+    /// instance; nothing was acknowledged.
     HistoryUnavailable,
-    /// `503 owner_unavailable` with `Retry-After`: another instance owns
-    /// the session (until its lease lapses).
-    OwnerUnavailable { retry_after_secs: u64 },
     /// `500 internal`: the server could not complete the request; the
     /// cause is logged here and never sent.
     Internal(String),
@@ -114,19 +112,13 @@ impl IntoResponse for ApiError {
                 return response;
             }
             Self::PublishKeyRequired => (StatusCode::FORBIDDEN, Failure::PublishKeyRequired),
+            // Redis comes back, or the queue drains: worth a retry soon.
             Self::HistoryUnavailable => {
-                (StatusCode::SERVICE_UNAVAILABLE, Failure::HistoryUnavailable)
-            }
-            Self::OwnerUnavailable { retry_after_secs } => {
-                let mut response = (
+                return with_retry_after(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    Json(Failure::OwnerUnavailable),
+                    Failure::HistoryUnavailable,
+                    1,
                 )
-                    .into_response();
-                response
-                    .headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
-                return response;
             }
             Self::Internal(cause) => {
                 tracing::error!(%cause, "internal error");

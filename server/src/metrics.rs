@@ -44,6 +44,8 @@ pub(crate) enum Limit {
     HeaderReadTimeout,
     /// A request body not complete within `body_read_timeout`.
     BodyReadTimeout,
+    /// An emit beyond `max_queued_emits` waiting for Redis.
+    QueuedEmits,
     /// A WebSocket message over `ws_max_message`.
     WsMessageSize,
     /// A WebSocket ping without a pong within `pong_timeout`.
@@ -54,7 +56,7 @@ pub(crate) enum Limit {
 
 impl Limit {
     /// Every limit, in the order a fresh scrape lists them.
-    const ALL: [Self; 12] = [
+    const ALL: [Self; 13] = [
         Self::Sessions,
         Self::SessionsPerClient,
         Self::MemoryBudget,
@@ -64,6 +66,7 @@ impl Limit {
         Self::WriteTimeout,
         Self::HeaderReadTimeout,
         Self::BodyReadTimeout,
+        Self::QueuedEmits,
         Self::WsMessageSize,
         Self::PongTimeout,
         Self::Panic,
@@ -81,6 +84,7 @@ impl Limit {
             Self::WriteTimeout => "write_timeout",
             Self::HeaderReadTimeout => "header_read_timeout",
             Self::BodyReadTimeout => "body_read_timeout",
+            Self::QueuedEmits => "queued_emits",
             Self::WsMessageSize => "ws_message_size",
             Self::PongTimeout => "pong_timeout",
             Self::Panic => "panic",
@@ -98,10 +102,8 @@ impl EncodeLabelValue for Limit {
 /// `gapless_history_errors_total`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum HistoryFailure {
-    /// Redis did not answer in time, or the replica is behind it.
+    /// Redis did not answer in time (or an emit waited past its deadline).
     Unavailable,
-    /// Another instance owns the session.
-    OwnerUnavailable,
     /// The session's keys are gone.
     Gone,
     /// A reply this server did not write.
@@ -109,19 +111,13 @@ pub(crate) enum HistoryFailure {
 }
 
 impl HistoryFailure {
-    const ALL: [Self; 4] = [
-        Self::Unavailable,
-        Self::OwnerUnavailable,
-        Self::Gone,
-        Self::Corrupt,
-    ];
+    const ALL: [Self; 3] = [Self::Unavailable, Self::Gone, Self::Corrupt];
 }
 
 impl EncodeLabelValue for HistoryFailure {
     fn encode(&self, encoder: &mut LabelValueEncoder) -> fmt::Result {
         encoder.write_str(match self {
             Self::Unavailable => "unavailable",
-            Self::OwnerUnavailable => "owner_unavailable",
             Self::Gone => "gone",
             Self::Corrupt => "corrupt",
         })

@@ -1,53 +1,56 @@
 //! One session's local replica of its shared history (`--redis`): the ring
 //! on this instance, kept equal to a prefix-trimmed copy of the Redis
-//! Stream, and this instance's role for the session.
+//! Stream, and the emits this instance appends.
 //!
-//! - **Owner** (holds the lease): emits are queued, and whichever task
+//! - **Emits** from any instance are queued per session; whichever task
 //!   drains the queue appends up to [`APPEND_BATCH`] of them in one script
-//!   call and only then emits them into the ring and answers them. No emit
-//!   is acknowledged, and no reader on this instance sees an event, before
-//!   Redis has it.
-//! - **Mirror** (does not): a tail task follows the stream with a blocking
-//!   `XREAD` and emits what it reads into the ring, so streams on this
-//!   instance follow the local ring exactly as on the owner. An emit here
-//!   first tries to take the lease (the owner died, or released it).
-//!
-//! Every write into the ring (an owner's batch, a mirror's catch-up) holds
-//! the writer lock and requires the next seq to be the ring's
-//! `published + 1`: the ring's seqs always equal the history's. A mirror
-//! that can no longer catch up (Redis trimmed past it) is *stale*: the
-//! caller drops it and loads the session afresh.
+//!   call, and Redis gives them the session's next seqs (Redis is the
+//!   sequencer: no owner, no lease). Each emit is answered with its seq
+//!   once Redis has it; then the batch is written into the local ring.
+//!   A queued emit whose client has gone, or whose deadline passed, is not
+//!   appended.
+//! - **Mirroring**: every write into the ring — a batch this instance
+//!   appended, a catch-up read, a follow step after an announcement that
+//!   another instance appended — holds the writer lock and requires the
+//!   next seq to be the ring's `published + 1`, reading what is missing
+//!   from Redis first. The ring's seqs always equal the history's. A ring
+//!   that can no longer catch up (Redis trimmed past it, or the history's
+//!   epoch changed) is *stale*: the caller drops it and loads the session
+//!   afresh.
 
-use crate::history::{Acquired, History, HistoryError, Tail, Token};
+use crate::history::notify::{Change, Followed};
+use crate::history::{History, HistoryError, READ_BYTES};
 use crate::ids::SessionId;
 use bytes::Bytes;
 use gapless::Ring;
 #[cfg(test)]
 use std::collections::BTreeMap;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::{oneshot, watch, OwnedSemaphorePermit};
+use tokio::time::Instant;
 
 /// Emits appended per script call at most.
 pub(crate) const APPEND_BATCH: usize = 64;
 
-/// How long a mirror's `XREAD` blocks before it looks again whether it is
-/// still needed.
-const TAIL_BLOCK: Duration = Duration::from_secs(5);
+/// How often a followed replica looks at the history even without an
+/// announcement (announcements are at most once: one lost while the
+/// notification connection was down is found here at the latest).
+const FOLLOW_POLL: Duration = Duration::from_secs(5);
 
 /// Why an emit, a catch-up or a mirror step failed.
 #[derive(Debug)]
 pub(crate) enum ReplicaError {
     /// The history failed (unavailable, gone, corrupt).
     History(HistoryError),
-    /// Another instance owns the session for about `retry_after`.
-    OwnerUnavailable {
-        /// The lease's remaining time.
-        retry_after: Duration,
-    },
-    /// The ring is behind the history by more than Redis retains: this
-    /// replica cannot continue and must be loaded afresh.
+    /// The emit was not appended: its deadline passed while it waited for
+    /// earlier appends (Redis is slow or unreachable).
+    Expired,
+    /// The ring is behind the history by more than Redis retains, or the
+    /// history continues under another epoch: this replica cannot continue
+    /// and must be loaded afresh.
     Stale {
         /// The seq the ring needed next.
         needed: u64,
@@ -64,9 +67,7 @@ impl std::fmt::Display for ReplicaError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::History(error) => error.fmt(f),
-            Self::OwnerUnavailable { retry_after } => {
-                write!(f, "another instance owns the session for {retry_after:?}")
-            }
+            Self::Expired => f.write_str("the emit waited past its deadline for Redis"),
             Self::Stale { needed, found } => match found {
                 Some(found) => write!(
                     f,
@@ -84,16 +85,17 @@ impl std::fmt::Display for ReplicaError {
 
 impl From<HistoryError> for ReplicaError {
     fn from(error: HistoryError) -> Self {
-        match error {
-            HistoryError::NotOwner { retry_after } => Self::OwnerUnavailable { retry_after },
-            other => Self::History(other),
-        }
+        Self::History(error)
     }
 }
 
 /// An emit waiting for the drainer.
 struct Queued {
     payload: Bytes,
+    /// Not appended after this instant.
+    deadline: Instant,
+    /// The instance-wide slot the emit holds while it waits.
+    _slot: Option<OwnedSemaphorePermit>,
     answer: oneshot::Sender<Result<u64, Arc<ReplicaError>>>,
 }
 
@@ -101,28 +103,17 @@ struct Queued {
 pub(crate) struct Replica {
     /// The session.
     id: SessionId,
-    /// This instance's lease token for the session.
-    token: Token,
     /// The session's ring (the same `Arc` as the session's): its seqs are
     /// the history's, up to its watermark.
     ring: Arc<Ring>,
-    /// Held by every write into the ring; guards nothing else, the role is
-    /// in `owner`.
+    /// Held by every write into the ring; guards nothing else.
     writer: tokio::sync::Mutex<()>,
-    /// Whether this instance holds the lease, as last learned (a renewal,
-    /// an append, an acquire). Changed only with `writer` held.
-    owner: AtomicBool,
     /// Emits not yet appended, in arrival order.
-    queue: Mutex<Vec<Queued>>,
+    queue: Mutex<VecDeque<Queued>>,
     /// Whether a drainer task runs (at most one).
     draining: AtomicBool,
-    /// Whether the lease renewal task runs (at most one).
-    renewing: AtomicBool,
-    /// Whether the tail task runs (at most one, for the replica's life).
-    tailing: AtomicBool,
-    /// Woken when this instance stops being the owner, so the tail starts
-    /// following the stream again.
-    demoted: Notify,
+    /// Whether the follow task runs (at most one, for the replica's life).
+    following: AtomicBool,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -132,48 +123,42 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Replica {
-    /// The replica of session `id` whose ring is `ring`; `owner` if this
-    /// instance just created the session (and holds its lease).
-    pub(crate) fn new(id: SessionId, token: Token, ring: Arc<Ring>, owner: bool) -> Self {
+    /// The replica of session `id` whose ring is `ring`.
+    pub(crate) fn new(id: SessionId, ring: Arc<Ring>) -> Self {
         Self {
             id,
-            token,
             ring,
             writer: tokio::sync::Mutex::new(()),
-            owner: AtomicBool::new(owner),
-            queue: Mutex::new(Vec::new()),
+            queue: Mutex::new(VecDeque::new()),
             draining: AtomicBool::new(false),
-            renewing: AtomicBool::new(false),
-            tailing: AtomicBool::new(false),
-            demoted: Notify::new(),
+            following: AtomicBool::new(false),
         }
     }
 
-    /// This instance's lease token for the session.
-    pub(crate) fn token(&self) -> Token {
-        self.token
-    }
-
-    /// Whether this instance holds the session's lease, as last learned.
-    pub(crate) fn is_owner(&self) -> bool {
-        self.owner.load(Ordering::Acquire)
-    }
-
-    /// Appends `payload` to the history (taking the lease if it is free),
-    /// then emits it into the ring; its seq. The payload fits the ring (the
-    /// caller checked).
+    /// Appends `payload` to the history, which gives it the session's next
+    /// seq; that seq, once Redis has it. The payload fits the ring (the
+    /// caller checked). `slot` (the instance's bound on waiting emits) is
+    /// held until the emit is appended or dropped. The emit is not appended
+    /// after `deadline`, nor once its caller has stopped waiting.
     ///
     /// # Errors
-    /// Another instance owns the session; the history is unavailable (the
-    /// event may or may not have been appended: it is not acknowledged);
-    /// the replica is stale.
+    /// The history is unavailable (the event may or may not have been
+    /// appended: it is not acknowledged), the deadline passed, the session
+    /// is gone.
     pub(crate) async fn emit<H: History>(
         self: &Arc<Self>,
         history: &Arc<H>,
         payload: Bytes,
+        deadline: Instant,
+        slot: Option<OwnedSemaphorePermit>,
     ) -> Result<u64, Arc<ReplicaError>> {
         let (answer, answered) = oneshot::channel();
-        lock(&self.queue).push(Queued { payload, answer });
+        lock(&self.queue).push_back(Queued {
+            payload,
+            deadline,
+            _slot: slot,
+            answer,
+        });
         if !self.draining.swap(true, Ordering::AcqRel) {
             // A task of its own: a client that goes away must not cancel an
             // append half done for the emits batched with its own.
@@ -186,15 +171,34 @@ impl Replica {
         })
     }
 
-    /// Appends queued emits in batches until the queue is empty.
-    async fn drain<H: History>(self: Arc<Self>, history: Arc<H>) {
-        let _writer = self.writer.lock().await;
-        loop {
-            let batch: Vec<Queued> = {
-                let mut queue = lock(&self.queue);
-                let n = queue.len().min(APPEND_BATCH);
-                queue.drain(..n).collect()
+    /// The next batch: up to [`APPEND_BATCH`] queued emits whose caller
+    /// still waits and whose deadline has not passed (the others are
+    /// answered [`ReplicaError::Expired`] or dropped, never appended).
+    fn next_batch(&self) -> Vec<Queued> {
+        let now = Instant::now();
+        let mut queue = lock(&self.queue);
+        let mut batch = Vec::new();
+        while batch.len() < APPEND_BATCH {
+            let Some(queued) = queue.pop_front() else {
+                break;
             };
+            if queued.answer.is_closed() {
+                continue;
+            }
+            if queued.deadline <= now {
+                let _ = queued.answer.send(Err(Arc::new(ReplicaError::Expired)));
+                continue;
+            }
+            batch.push(queued);
+        }
+        batch
+    }
+
+    /// Appends queued emits in batches until the queue is empty, then
+    /// writes each batch into the ring.
+    async fn drain<H: History>(self: Arc<Self>, history: Arc<H>) {
+        loop {
+            let batch = self.next_batch();
             if batch.is_empty() {
                 self.draining.store(false, Ordering::Release);
                 // An emit that queued after the look above and saw
@@ -205,14 +209,22 @@ impl Replica {
                 continue;
             }
             let payloads: Vec<Bytes> = batch.iter().map(|q| q.payload.clone()).collect();
-            match self.commit(history.as_ref(), &payloads).await {
+            match history.append(&self.id, &payloads).await {
                 Ok(first) => {
                     for (seq, queued) in (first..).zip(batch) {
                         let _ = queued.answer.send(Ok(seq));
                     }
+                    // Acknowledged: Redis has the batch. Local readers get
+                    // it now, or from the next catch-up if this fails.
+                    if let Err(error) = self
+                        .mirror_appended(history.as_ref(), first, &payloads)
+                        .await
+                    {
+                        tracing::debug!(session = %self.id.tag(), %error, "appended batch not mirrored yet");
+                    }
                 }
                 Err(error) => {
-                    let error = Arc::new(error);
+                    let error = Arc::new(ReplicaError::History(error));
                     for queued in batch {
                         let _ = queued.answer.send(Err(Arc::clone(&error)));
                     }
@@ -221,66 +233,20 @@ impl Replica {
         }
     }
 
-    /// One batch: take the lease if needed, append at the ring's next seq
-    /// (catching up first if the history is ahead), then emit into the
-    /// ring. The first seq. Call with the writer lock held.
-    async fn commit<H: History>(
+    /// Writes a batch this instance appended (seqs `first ..`) into the
+    /// ring, reading first whatever other instances appended before it.
+    async fn mirror_appended<H: History>(
         &self,
         history: &H,
+        first: u64,
         payloads: &[Bytes],
-    ) -> Result<u64, ReplicaError> {
-        // Two tries: the second after catching up with an append that timed
-        // out but was applied.
-        for _ in 0..2 {
-            if !self.is_owner() {
-                match history.acquire(&self.id, self.token).await? {
-                    Acquired::Owner { published } => {
-                        self.catch_up_locked(history, published).await?;
-                        self.owner.store(true, Ordering::Release);
-                        tracing::info!(session = %self.id.tag(), published, "took the session over");
-                    }
-                    Acquired::Held { retry_after } => {
-                        return Err(ReplicaError::OwnerUnavailable { retry_after })
-                    }
-                }
-            }
-            let first = self.ring.published() + 1;
-            match history.append(&self.id, self.token, first, payloads).await {
-                Ok(_) => {
-                    for (expected, payload) in (first..).zip(payloads) {
-                        match self.ring.emit(payload) {
-                            Ok(seq) if seq == expected => {}
-                            Ok(seq) => {
-                                return Err(ReplicaError::Ring(format!(
-                                    "appended seq {expected}, the ring gave {seq}"
-                                )))
-                            }
-                            Err(error) => return Err(ReplicaError::Ring(error.to_string())),
-                        }
-                    }
-                    return Ok(first);
-                }
-                Err(HistoryError::Behind { published }) => {
-                    self.catch_up_locked(history, published).await?;
-                }
-                Err(HistoryError::NotOwner { retry_after }) => {
-                    self.demote();
-                    return Err(ReplicaError::OwnerUnavailable { retry_after });
-                }
-                Err(other) => return Err(ReplicaError::History(other)),
-            }
+    ) -> Result<(), ReplicaError> {
+        let _writer = self.writer.lock().await;
+        if self.ring.published() + 1 < first {
+            self.catch_up_locked(history, first - 1).await?;
         }
-        Err(ReplicaError::History(HistoryError::Unavailable(
-            "the history kept moving ahead of this owner".into(),
-        )))
-    }
-
-    /// Marks this instance as no longer the owner and wakes the tail.
-    fn demote(&self) {
-        if self.owner.swap(false, Ordering::AcqRel) {
-            tracing::info!(session = %self.id.tag(), "lost the session's lease");
-            self.demoted.notify_one();
-        }
+        let events: Vec<(u64, Bytes)> = (first..).zip(payloads.iter().cloned()).collect();
+        self.mirror_locked(&events)
     }
 
     /// Emits `events` (seq order, as read from the history) into the ring:
@@ -312,19 +278,29 @@ impl Replica {
         Ok(())
     }
 
-    /// Reads and mirrors the history until the ring reaches `target`. Call
-    /// with the writer lock held.
+    /// Reads and mirrors the history until the ring reaches `target` (or
+    /// the history's newest event, with `u64::MAX`); the cursors the
+    /// history holds (`acked`, `sent`). Call with the writer lock held.
     async fn catch_up_locked<H: History>(
         &self,
         history: &H,
         target: u64,
-    ) -> Result<(), ReplicaError> {
-        while self.ring.published() < target {
+    ) -> Result<(u64, u64), ReplicaError> {
+        loop {
             let after = self.ring.published();
             let snapshot = history
-                .after(&self.id, after, crate::history::READ_BATCH)
+                .after(&self.id, after, READ_BYTES)
                 .await?
                 .ok_or(ReplicaError::History(HistoryError::Gone))?;
+            if snapshot.epoch != self.ring.epoch() {
+                return Err(ReplicaError::Stale {
+                    needed: after + 1,
+                    found: None,
+                });
+            }
+            if snapshot.published <= after || after >= target {
+                return Ok((snapshot.acked, snapshot.sent));
+            }
             if snapshot.events.is_empty() {
                 return Err(ReplicaError::Stale {
                     needed: after + 1,
@@ -333,7 +309,6 @@ impl Replica {
             }
             self.mirror_locked(&snapshot.events)?;
         }
-        Ok(())
     }
 
     /// Brings the ring up to the history's newest event and returns the
@@ -347,143 +322,105 @@ impl Replica {
         history: &H,
     ) -> Result<(u64, u64), ReplicaError> {
         let _writer = self.writer.lock().await;
-        loop {
-            let after = self.ring.published();
-            let snapshot = history
-                .after(&self.id, after, crate::history::READ_BATCH)
-                .await?
-                .ok_or(ReplicaError::History(HistoryError::Gone))?;
-            if snapshot.published <= after {
-                return Ok((snapshot.acked, snapshot.sent));
-            }
-            if snapshot.events.is_empty() {
-                return Err(ReplicaError::Stale {
-                    needed: after + 1,
-                    found: None,
-                });
-            }
-            self.mirror_locked(&snapshot.events)?;
-        }
+        self.catch_up_locked(history, u64::MAX).await
     }
 
-    /// Starts the lease renewal task unless it runs: every third of the
-    /// lease, while this instance owns the session and the replica lives.
-    pub(crate) fn keep_lease<H: History>(self: &Arc<Self>, history: &Arc<H>) {
-        if !self.is_owner() || self.renewing.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let replica = Arc::downgrade(self);
-        let history = Arc::clone(history);
-        let period = history.config().lease_ttl / 3;
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(period);
-            tick.tick().await;
-            loop {
-                tick.tick().await;
-                let Some(replica) = replica.upgrade() else {
-                    return;
-                };
-                if !replica.is_owner() {
-                    replica.renewing.store(false, Ordering::Release);
-                    return;
-                }
-                match history.renew(&replica.id, replica.token).await {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        let _writer = replica.writer.lock().await;
-                        replica.demote();
-                    }
-                    // Redis is unreachable: the lease may lapse; the next
-                    // append finds out (the script checks the lease).
-                    Err(error) => {
-                        tracing::warn!(session = %replica.id.tag(), %error, "lease renewal failed")
-                    }
-                }
-            }
-        });
-    }
-
-    /// Gives the lease up (a graceful shutdown, an idle session), so that
-    /// another instance takes over at once rather than after the lease.
-    pub(crate) async fn release<H: History>(&self, history: &H) {
-        let _writer = self.writer.lock().await;
-        if self.owner.swap(false, Ordering::AcqRel) {
-            if let Err(error) = history.release(&self.id, self.token).await {
-                tracing::warn!(session = %self.id.tag(), %error, "lease release failed");
-            }
-        }
-    }
-
-    /// Starts the tail task unless it runs: while this instance is not the
-    /// owner, it follows the stream and mirrors it into the ring, so local
-    /// streams see other instances' emits. It ends with the replica, or
-    /// calls `on_stale` and ends when the replica can no longer catch up.
-    pub(crate) fn follow<H: History>(
+    /// Starts the follow task unless it runs: whenever `announced` says the
+    /// session grew past the ring (another instance appended) or that
+    /// announcements may have been missed, and at least every
+    /// [`FOLLOW_POLL`], it brings the ring up to the history. It ends with
+    /// the replica, or calls `on_stale` and ends when the replica can no
+    /// longer catch up.
+    pub(crate) fn follow<H: History, A: Announcements>(
         self: &Arc<Self>,
         history: &Arc<H>,
+        mut announced: A,
         on_stale: impl FnOnce(ReplicaError) + Send + 'static,
     ) {
-        if self.tailing.swap(true, Ordering::AcqRel) {
+        if self.following.swap(true, Ordering::AcqRel) {
             return;
         }
         let replica: Weak<Self> = Arc::downgrade(self);
         let history = Arc::clone(history);
         tokio::spawn(async move {
-            let mut tail = None;
+            let mut ended = false;
             loop {
+                let woke = if ended {
+                    tokio::time::sleep(FOLLOW_POLL).await;
+                    Announced::Missed
+                } else {
+                    tokio::time::timeout(FOLLOW_POLL, announced.next())
+                        .await
+                        .unwrap_or(Announced::Missed)
+                };
                 let Some(this) = replica.upgrade() else {
                     return;
                 };
-                if this.is_owner() {
-                    // Looks again at least every TAIL_BLOCK, so the task
-                    // ends soon after the replica.
-                    tokio::select! {
-                        () = this.demoted.notified() => {}
-                        () = tokio::time::sleep(TAIL_BLOCK) => {}
-                    }
-                    continue;
+                match woke {
+                    Announced::Seq(last) if last <= this.ring.published() => continue,
+                    Announced::Ended => ended = true,
+                    Announced::Seq(_) | Announced::Missed => {}
                 }
-                let connection = match tail.as_mut() {
-                    Some(connection) => connection,
-                    None => match history.tail(&this.id).await {
-                        Ok(connection) => tail.insert(connection),
-                        Err(error) => {
-                            tracing::warn!(session = %this.id.tag(), %error, "tail connection failed");
-                            drop(this);
-                            tokio::time::sleep(Duration::from_millis(500)).await;
-                            continue;
-                        }
-                    },
+                let caught_up = {
+                    let _writer = this.writer.lock().await;
+                    this.catch_up_locked(history.as_ref(), u64::MAX).await
                 };
-                let after = this.ring.published();
-                let id = this.id;
-                drop(this);
-                let read = connection.next(after, TAIL_BLOCK).await;
-                let Some(this) = replica.upgrade() else {
-                    return;
-                };
-                let events = match read {
-                    Ok(events) => events,
+                match caught_up {
+                    Ok(_) => {}
+                    Err(ReplicaError::History(HistoryError::Gone)) => {
+                        on_stale(ReplicaError::History(HistoryError::Gone));
+                        return;
+                    }
+                    Err(ReplicaError::History(error)) => {
+                        tracing::warn!(session = %this.id.tag(), %error, "follow read failed");
+                    }
                     Err(error) => {
-                        tracing::warn!(session = %id.tag(), %error, "tail read failed");
-                        tail = None;
-                        continue;
+                        tracing::warn!(session = %this.id.tag(), %error, "mirror cannot continue");
+                        on_stale(error);
+                        return;
                     }
-                };
-                if events.is_empty() {
-                    continue;
-                }
-                let _writer = this.writer.lock().await;
-                if this.is_owner() {
-                    continue;
-                }
-                if let Err(error) = this.mirror_locked(&events) {
-                    tracing::warn!(session = %id.tag(), %error, "mirror cannot continue");
-                    on_stale(error);
-                    return;
                 }
             }
         });
+    }
+}
+
+/// What a follower learns from the announcements of appends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Announced {
+    /// The session now ends at this seq (or later).
+    Seq(u64),
+    /// Announcements may have been missed: read the history.
+    Missed,
+    /// No more announcements will come (the instance is stopping): poll.
+    Ended,
+}
+
+/// The announcements one session's follower waits on.
+pub(crate) trait Announcements: Send + 'static {
+    /// The next announcement.
+    fn next(&mut self) -> impl std::future::Future<Output = Announced> + Send;
+}
+
+/// A session's announcements from the instance's notification
+/// connection: a resync (the subscription was re-established) is
+/// [`Announced::Missed`].
+impl Announcements for Followed {
+    async fn next(&mut self) -> Announced {
+        match self.changed().await {
+            None => Announced::Ended,
+            Some(Change::Resync { .. }) => Announced::Missed,
+            Some(Change::Published(last)) => Announced::Seq(last),
+        }
+    }
+}
+
+impl Announcements for watch::Receiver<u64> {
+    async fn next(&mut self) -> Announced {
+        match self.changed().await {
+            Ok(()) => Announced::Seq(*self.borrow_and_update()),
+            Err(_) => Announced::Ended,
+        }
     }
 }
 
@@ -492,32 +429,45 @@ mod tests {
     use super::*;
     use crate::history::memory::{Faults, MemoryHistory, Stored};
     use gapless::Config;
+    use std::num::NonZeroU64;
+
+    const EPOCH: u64 = 7;
 
     fn ring() -> Arc<Ring> {
-        Arc::new(Ring::new(Config::default().events(256).bytes(16 << 10)))
+        let epoch = NonZeroU64::new(EPOCH).expect("non-zero");
+        Arc::new(Ring::new(
+            Config::default().events(256).bytes(16 << 10).epoch(epoch),
+        ))
     }
 
-    /// A session in `history` whose lease is `holder`'s, and a replica of
-    /// it for `token` (the owner when `holder == token`).
-    fn session(history: &MemoryHistory, holder: Token, token: Token) -> Arc<Replica> {
+    /// A session in `history`, and a replica of it (one instance's copy).
+    fn session(history: &MemoryHistory) -> Arc<Replica> {
         let id = SessionId::random().expect("an ID");
         history.put(
             id,
             Stored {
-                epoch: 7,
-                lease: Some(holder),
+                epoch: EPOCH,
                 ..Stored::default()
             },
         );
-        Arc::new(Replica::new(id, token, ring(), holder == token))
+        Arc::new(Replica::new(id, ring()))
     }
 
-    fn token() -> Token {
-        Token::random().expect("a token")
+    /// Another instance's replica of the same session.
+    fn elsewhere(replica: &Replica) -> Arc<Replica> {
+        Arc::new(Replica::new(replica.id, ring()))
     }
 
     fn payload(n: u64) -> Bytes {
         Bytes::from(format!("{{\"n\":{n}}}"))
+    }
+
+    fn later() -> Instant {
+        Instant::now() + Duration::from_secs(10)
+    }
+
+    async fn emit(replica: &Arc<Replica>, history: &Arc<MemoryHistory>, n: u64) -> Option<u64> {
+        replica.emit(history, payload(n), later(), None).await.ok()
     }
 
     /// The ring's events after `cursor` as `(seq, payload)`.
@@ -543,17 +493,16 @@ mod tests {
     /// 100 emits at once into a history whose appends take 5 ms (a round
     /// trip): each gets its own seq, 1..=100 in all, the ring and the
     /// history hold the same payload at each, and the emits that queued
-    /// during an append went in one batch (at most 100 / 64 + a few calls,
-    /// far fewer than 100).
+    /// during an append went in one batch (far fewer calls than emits).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_emits_are_appended_in_batches_then_numbered_alike_everywhere() {
-        let history = Arc::new(MemoryHistory::new(1000).with_latency(Duration::from_millis(5)));
-        let owner = token();
-        let replica = session(&history, owner, owner);
+        let history =
+            Arc::new(MemoryHistory::new(1000, 1 << 20).with_latency(Duration::from_millis(5)));
+        let replica = session(&history);
         let emits: Vec<_> = (0..100)
             .map(|n| {
                 let (replica, history) = (Arc::clone(&replica), Arc::clone(&history));
-                tokio::spawn(async move { (n, replica.emit(&history, payload(n)).await) })
+                tokio::spawn(async move { (n, emit(&replica, &history, n).await) })
             })
             .collect();
         let mut seqs = BTreeMap::new();
@@ -566,6 +515,7 @@ mod tests {
             seqs.keys().copied().collect::<Vec<_>>(),
             (1..=100).collect::<Vec<_>>()
         );
+        replica.refresh(history.as_ref()).await.expect("refresh");
         let in_ring = ring_events(&replica, 0);
         assert_eq!(in_ring, stored_events(&history, &replica));
         for (seq, bytes) in in_ring {
@@ -582,21 +532,40 @@ mod tests {
         );
     }
 
+    /// Two instances emit into one session in turn (a round-robin
+    /// balancer): every emit is accepted, the seqs are dense and each
+    /// instance's ring holds exactly the history.
+    #[tokio::test]
+    async fn any_instance_emits_and_the_seqs_stay_dense() {
+        let history = Arc::new(MemoryHistory::new(1000, 1 << 20));
+        let a = session(&history);
+        let b = elsewhere(&a);
+        let mut seqs = Vec::new();
+        for n in 1..=20 {
+            let instance = if n % 2 == 0 { &a } else { &b };
+            seqs.push(emit(instance, &history, n).await.expect("accepted"));
+        }
+        assert_eq!(seqs, (1..=20).collect::<Vec<_>>());
+        for replica in [&a, &b] {
+            replica.refresh(history.as_ref()).await.expect("refresh");
+            assert_eq!(ring_events(replica, 0), stored_events(&history, replica));
+        }
+    }
+
     /// An append applied but answered as a failure (a Redis that ran the
     /// script after the deadline): the emit is not acknowledged, and the
-    /// next emit finds the history ahead, mirrors the landed event into
-    /// the ring and continues after it: no seq reused, nothing lost.
+    /// next emit gets the seq after it; the ring holds both, as the
+    /// history does: no seq reused, nothing lost.
     #[tokio::test]
     async fn an_append_that_landed_after_its_deadline_is_caught_up() {
-        let history = Arc::new(MemoryHistory::new(1000));
-        let owner = token();
-        let replica = session(&history, owner, owner);
-        assert_eq!(replica.emit(&history, payload(1)).await.ok(), Some(1));
+        let history = Arc::new(MemoryHistory::new(1000, 1 << 20));
+        let replica = session(&history);
+        assert_eq!(emit(&replica, &history, 1).await, Some(1));
         history.set_faults(Faults {
             land_then_fail: true,
             ..Faults::default()
         });
-        let failed = replica.emit(&history, payload(2)).await;
+        let failed = replica.emit(&history, payload(2), later(), None).await;
         assert!(
             matches!(
                 failed.as_ref().map_err(|e| &**e),
@@ -607,80 +576,45 @@ mod tests {
         assert_eq!(
             replica.ring.published(),
             1,
-            "not in the ring: not acknowledged"
+            "not acknowledged, not mirrored"
         );
-        assert_eq!(replica.emit(&history, payload(3)).await.ok(), Some(3));
+        assert_eq!(emit(&replica, &history, 3).await, Some(3));
         assert_eq!(
             ring_events(&replica, 0),
             vec![(1, payload(1)), (2, payload(2)), (3, payload(3))]
         );
-        assert_eq!(ring_events(&replica, 0), stored_events(&history, &replica));
     }
 
-    /// Another instance holds the lease: `owner_unavailable`, nothing
-    /// appended, nothing in the ring. Once it is released, the emit takes
-    /// the lease and continues at the history's next seq.
+    /// An emit whose deadline passed while it waited is answered `Expired`
+    /// and never appended.
     #[tokio::test]
-    async fn a_lease_held_elsewhere_refuses_until_it_is_free() {
-        let history = Arc::new(MemoryHistory::new(1000));
-        let (other, mine) = (token(), token());
-        let replica = session(&history, other, mine);
-        // The other instance appended two events.
-        history
-            .append(&replica.id, other, 1, &[payload(1), payload(2)])
-            .await
-            .expect("the owner's append");
-        let refused = replica.emit(&history, payload(3)).await;
+    async fn an_emit_past_its_deadline_is_not_appended() {
+        let history = Arc::new(MemoryHistory::new(1000, 1 << 20));
+        let replica = session(&history);
+        let expired = replica
+            .emit(&history, payload(1), Instant::now(), None)
+            .await;
         assert!(
             matches!(
-                refused.as_ref().map_err(|e| &**e),
-                Err(ReplicaError::OwnerUnavailable { .. })
+                expired.as_ref().map_err(|e| &**e),
+                Err(ReplicaError::Expired)
             ),
-            "{refused:?}"
+            "{expired:?}"
         );
-        assert_eq!(history.get(&replica.id).expect("stored").published, 2);
-        assert_eq!(replica.ring.published(), 0);
-        history.release(&replica.id, other).await.expect("release");
-        assert_eq!(replica.emit(&history, payload(3)).await.ok(), Some(3));
-        assert!(replica.is_owner());
-        assert_eq!(ring_events(&replica, 0), stored_events(&history, &replica));
-    }
-
-    /// The owner's lease went to another instance (it was paused past it):
-    /// its next emit is refused by the history, and it stops being the
-    /// owner.
-    #[tokio::test]
-    async fn an_owner_that_lost_its_lease_is_refused_and_demoted() {
-        let history = Arc::new(MemoryHistory::new(1000));
-        let (mine, other) = (token(), token());
-        let replica = session(&history, mine, mine);
-        assert_eq!(replica.emit(&history, payload(1)).await.ok(), Some(1));
-        let mut stored = history.get(&replica.id).expect("stored");
-        stored.lease = Some(other);
-        history.put(replica.id, stored);
-        let refused = replica.emit(&history, payload(2)).await;
-        assert!(
-            matches!(
-                refused.as_ref().map_err(|e| &**e),
-                Err(ReplicaError::OwnerUnavailable { .. })
-            ),
-            "{refused:?}"
-        );
-        assert!(!replica.is_owner());
-        assert_eq!(history.get(&replica.id).expect("stored").published, 1);
+        assert_eq!(history.get(&replica.id).expect("stored").published, 0);
+        assert_eq!(history.appends.load(Ordering::Relaxed), 0);
     }
 
     /// An unreachable history: the emit fails, nothing is in the ring.
     #[tokio::test]
     async fn an_unreachable_history_acknowledges_nothing() {
-        let history = Arc::new(MemoryHistory::new(1000));
-        let owner = token();
-        let replica = session(&history, owner, owner);
+        let history = Arc::new(MemoryHistory::new(1000, 1 << 20));
+        let replica = session(&history);
         history.set_faults(Faults {
             down: true,
             ..Faults::default()
         });
-        let failed = replica.emit(&history, payload(1)).await;
+        let failed = replica.emit(&history, payload(1), later(), None).await;
         assert!(
             matches!(
                 failed.as_ref().map_err(|e| &**e),
@@ -690,23 +624,22 @@ mod tests {
         );
         assert_eq!(replica.ring.published(), 0);
         history.set_faults(Faults::default());
-        assert_eq!(replica.emit(&history, payload(1)).await.ok(), Some(1));
+        assert_eq!(emit(&replica, &history, 1).await, Some(1));
     }
 
     /// A copy that is behind by more than the history retains is stale:
     /// refreshing it reports where it stopped, never mirrors the rest at
     /// the wrong seqs. One within the retention catches up, with the
-    /// history's cursors.
+    /// history's cursors; one whose history moved to another epoch is
+    /// stale too.
     #[tokio::test]
     async fn refresh_catches_up_within_the_retention_and_is_stale_beyond() {
-        let history = Arc::new(MemoryHistory::new(4));
-        let owner = token();
-        let far = session(&history, owner, token());
-        let payloads: Vec<Bytes> = (1..=20).map(payload).collect();
-        history
-            .append(&far.id, owner, 1, &payloads)
-            .await
-            .expect("append");
+        let history = Arc::new(MemoryHistory::new(4, 1 << 20));
+        let writer = session(&history);
+        let far = elsewhere(&writer);
+        for n in 1..=20 {
+            emit(&writer, &history, n).await.expect("accepted");
+        }
         match far.refresh(history.as_ref()).await {
             Err(ReplicaError::Stale {
                 needed: 1,
@@ -720,41 +653,81 @@ mod tests {
             "nothing mirrored from a stale copy"
         );
 
-        let near = session(&history, owner, token());
+        let near_writer = session(&history);
+        let near = elsewhere(&near_writer);
         let mut stored = history.get(&near.id).expect("stored");
         stored.acked = 1;
         stored.sent = 2;
         history.put(near.id, stored);
-        history
-            .append(&near.id, owner, 1, &[payload(1), payload(2), payload(3)])
-            .await
-            .expect("append");
+        for n in 1..=3 {
+            emit(&near_writer, &history, n).await.expect("accepted");
+        }
         assert_eq!(near.refresh(history.as_ref()).await.ok(), Some((1, 2)));
         assert_eq!(ring_events(&near, 0), stored_events(&history, &near));
+
+        let mut stored = history.get(&near.id).expect("stored");
+        stored.epoch = EPOCH + 1;
+        history.put(near.id, stored);
+        assert!(matches!(
+            near.refresh(history.as_ref()).await,
+            Err(ReplicaError::Stale { .. })
+        ));
     }
 
-    /// A copy on an instance that does not own the session follows the
-    /// owner's appends live through its tail.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_follower_mirrors_the_owners_appends() {
-        let history = Arc::new(MemoryHistory::new(1000));
-        let owner = token();
-        let replica = session(&history, owner, token());
-        replica.follow(&history, |error| panic!("stale: {error}"));
-        for n in 1..=10 {
-            history
-                .append(&replica.id, owner, n, &[payload(n)])
+    /// The fake keeps a session within the ring's bytes as the script
+    /// does: the oldest events go, never the newest.
+    #[tokio::test]
+    async fn retention_counts_bytes_as_well_as_events() {
+        let history = Arc::new(MemoryHistory::new(1000, 100));
+        let replica = session(&history);
+        for n in 0..10 {
+            let body = Bytes::from(vec![b'1'; 30 + n as usize]);
+            replica
+                .emit(&history, body, later(), None)
                 .await
-                .expect("the owner's append");
+                .expect("accepted");
+        }
+        let stored = history.get(&replica.id).expect("stored");
+        let bytes: usize = stored.events.values().map(Bytes::len).sum();
+        assert!(bytes <= 100, "{bytes} bytes retained");
+        assert_eq!(stored.events.keys().last(), Some(&10));
+        let big = Bytes::from(vec![b'2'; 500]);
+        replica
+            .emit(&history, big, later(), None)
+            .await
+            .expect("accepted");
+        let stored = history.get(&replica.id).expect("stored");
+        assert_eq!(
+            stored.events.keys().collect::<Vec<_>>(),
+            vec![&11],
+            "the newest stays"
+        );
+    }
+
+    /// A copy on one instance follows another instance's appends live,
+    /// woken by the announcements.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_follower_mirrors_another_instances_appends() {
+        let history = Arc::new(MemoryHistory::new(1000, 1 << 20));
+        let writer = session(&history);
+        let follower = elsewhere(&writer);
+        follower.follow(&history, history.announcements(), |error| {
+            panic!("stale: {error}")
+        });
+        for n in 1..=10 {
+            emit(&writer, &history, n).await.expect("accepted");
         }
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while replica.ring.published() < 10 {
+        while follower.ring.published() < 10 {
             assert!(
                 std::time::Instant::now() < deadline,
-                "the tail did not mirror"
+                "the follower did not mirror"
             );
             tokio::time::sleep(Duration::from_millis(5)).await; // polling, bounded
         }
-        assert_eq!(ring_events(&replica, 0), stored_events(&history, &replica));
+        assert_eq!(
+            ring_events(&follower, 0),
+            stored_events(&history, &follower)
+        );
     }
 }

@@ -288,8 +288,6 @@ async fn refuse(mut tcp: TcpStream, refused: Refused) {
 /// stop drops what is left.
 async fn stop(shared: &Shared) {
     let lifecycle = &shared.lifecycle;
-    // Other instances take over this one's sessions at once.
-    shared.release_leases().await;
     lifecycle.tasks.close();
     if tokio::time::timeout(shared.config.shutdown_grace, lifecycle.tasks.wait())
         .await

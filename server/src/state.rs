@@ -4,12 +4,14 @@
 use crate::admission::{Bounded, ClientSlot, Held, PerClient};
 use crate::client_addr::ClientKey;
 use crate::config::{InvalidConfig, ServerConfig};
-use crate::history::{Attach, HistoryError, Raised, RedisHistory, Snapshot, Token};
+use crate::history::notify::Notifier;
+use crate::history::{Attach, History, HistoryError, Raised, RedisHistory, Snapshot};
 use crate::ids::{same_key, PublishKey, SessionId};
 use crate::metrics::{Limit, Metrics, RingTotals};
 use crate::replica::{Replica, ReplicaError};
 use gapless::session::{Session, SessionOptions, Transport};
 use gapless::{Config, ConfigError, Ring, Store};
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -187,6 +189,14 @@ pub(crate) struct Shared {
     pub(crate) lifecycle: Lifecycle,
     /// With `--redis`: the history every instance shares.
     pub(crate) history: Option<Arc<RedisHistory>>,
+    /// With `--redis`: the one connection that hears of every append, for
+    /// the sessions followed here.
+    notifier: Option<Arc<Notifier>>,
+    /// Sessions being loaded from the history, one load each at a time.
+    loading: Loading,
+    /// Emits waiting for the history on this instance; at most
+    /// `max_queued_emits` (beyond: `503` at once).
+    pub(crate) emit_slots: Arc<tokio::sync::Semaphore>,
     /// The origin of every `last_active_ms`.
     started: Instant,
 }
@@ -218,10 +228,6 @@ impl Shared {
         let ring_config = self.config.ring();
         loop {
             let id = SessionId::random().map_err(CreateError::Random)?;
-            let token = match self.history {
-                Some(_) => Some(Token::random().map_err(CreateError::Random)?),
-                None => None,
-            };
             let publish_key = match self.config.publish_keys {
                 true => Some(PublishKey::random().map_err(CreateError::Random)?),
                 false => None,
@@ -231,9 +237,10 @@ impl Shared {
                 .get_or_try_insert_with(id, || {
                     Ring::try_new(ring_config).map(|ring| {
                         let ring = Arc::new(ring);
-                        let replica = token.map(|token| {
-                            Arc::new(Replica::new(id, token, Arc::clone(&ring), true))
-                        });
+                        let replica = self
+                            .history
+                            .as_ref()
+                            .map(|_| Arc::new(Replica::new(id, Arc::clone(&ring))));
                         self.entry(id, Session::new(ring, options), replica, publish_key)
                     })
                 })
@@ -317,22 +324,11 @@ impl Shared {
         };
         loop {
             let (id, entry) = self.create_session(client)?;
-            let Some(replica) = &entry.replica else {
-                return Ok((id, entry));
-            };
             match history
-                .create(
-                    &id,
-                    entry.session.epoch(),
-                    replica.token(),
-                    entry.publish_key,
-                )
+                .create(&id, entry.session.epoch(), entry.publish_key)
                 .await
             {
-                Ok(true) => {
-                    replica.keep_lease(history);
-                    return Ok((id, entry));
-                }
+                Ok(true) => return Ok((id, entry)),
                 // Another instance holds a session with this ID.
                 Ok(false) => {
                     self.drop_local(&id);
@@ -364,7 +360,14 @@ impl Shared {
         let Some(history) = &self.history else {
             return Ok(None);
         };
-        let snapshot = match history.newest(id, self.config.ring_events).await {
+        // One load per session at a time: concurrent requests for a session
+        // this instance does not hold wait for the first one's load.
+        let loading = self.loading.slot(id);
+        let _loading = loading.lock().await;
+        if let Some(entry) = self.sessions.get(id) {
+            return Ok(Some(entry));
+        }
+        let snapshot = match history.load(id).await {
             Ok(Some(snapshot)) => snapshot,
             Ok(None) => return Ok(None),
             Err(error) => return Err(self.history_failed(error)),
@@ -376,10 +379,9 @@ impl Shared {
             CreateError::MemoryBudget => LoadError::MemoryBudget,
             _ => LoadError::TooMany,
         })?;
-        let token = Token::random().map_err(|e| LoadError::Restore(e.to_string()))?;
         let (entry, created) = self
             .sessions
-            .get_or_try_insert_with(*id, || self.restore(*id, token, &snapshot))
+            .get_or_try_insert_with(*id, || self.restore(*id, &snapshot))
             .map_err(LoadError::Restore)?;
         // Otherwise another request loaded it first, and holds its own.
         if created {
@@ -391,7 +393,7 @@ impl Shared {
 
     /// An entry for session `id` from the history's snapshot (newest events
     /// in seq order, dense, ending at `published`).
-    fn restore(&self, id: SessionId, token: Token, snapshot: &Snapshot) -> Result<Entry, String> {
+    fn restore(&self, id: SessionId, snapshot: &Snapshot) -> Result<Entry, String> {
         let epoch = std::num::NonZeroU64::new(snapshot.epoch).ok_or("epoch 0 in the history")?;
         let base = snapshot
             .events
@@ -418,7 +420,7 @@ impl Shared {
         }
         let session = Session::new(Arc::clone(&ring), self.session_options());
         session.raise_cursors(snapshot.acked, snapshot.sent);
-        let replica = Arc::new(Replica::new(id, token, ring, false));
+        let replica = Arc::new(Replica::new(id, ring));
         Ok(self.entry(id, session, Some(replica), snapshot.publish_key))
     }
 
@@ -552,25 +554,16 @@ impl Shared {
         };
         let shared = Arc::downgrade(self);
         let id = entry.id;
-        replica.follow(history, move |_| {
+        let announced = match &self.notifier {
+            Some(notifier) => notifier.follow(id),
+            None => return,
+        };
+        replica.follow(history, announced, move |_| {
             if let Some(shared) = shared.upgrade() {
                 shared.metrics.replicas_reloaded.inc();
                 shared.drop_local(&id);
             }
         });
-    }
-
-    /// Gives up the lease of every session this instance owns (graceful
-    /// shutdown), so other instances take them over at once.
-    pub(crate) async fn release_leases(&self) {
-        let Some(history) = &self.history else {
-            return;
-        };
-        for (_, entry) in self.sessions.entries() {
-            if let Some(replica) = &entry.replica {
-                replica.release(history.as_ref()).await;
-            }
-        }
     }
 
     /// Ends this instance's copy of session `id` (its streams end; clients
@@ -606,12 +599,7 @@ impl Shared {
                 && now.saturating_sub(entry.last_active_ms.load(Ordering::Relaxed)) > idle_ms;
             if idle && self.end_session(&id).is_some() {
                 // The history keeps the session (its keys expire on their
-                // own after the idle timeout); another instance may take
-                // it over at once.
-                if let (Some(history), Some(replica)) = (&self.history, &entry.replica) {
-                    let (history, replica) = (Arc::clone(history), Arc::clone(replica));
-                    tokio::spawn(async move { replica.release(history.as_ref()).await });
-                }
+                // own after the idle timeout).
                 self.metrics.sessions_expired.inc();
                 tracing::debug!(session = %id.tag(), "idle session ended");
             }
@@ -732,6 +720,7 @@ impl AppState {
         shutdown: watch::Receiver<bool>,
     ) -> Result<Self, InvalidConfig> {
         let limits = Limits::new(&config)?;
+        let max_queued_emits = config.max_queued_emits;
         let sessions = Arc::new(Store::new(64));
         let metrics = Metrics::new({
             let sessions = Arc::clone(&sessions);
@@ -752,7 +741,12 @@ impl AppState {
                 hard_stop: watch::channel(false).0,
                 tasks: TaskTracker::new(),
             },
+            notifier: history.as_ref().map(|history| {
+                Notifier::start(history.client(), History::config(history.as_ref()).timeout)
+            }),
             history,
+            loading: Loading::default(),
+            emit_slots: Arc::new(tokio::sync::Semaphore::new(max_queued_emits)),
             started: Instant::now(),
         });
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -792,6 +786,29 @@ impl From<InvalidConfig> for StartError {
 impl From<HistoryError> for StartError {
     fn from(error: HistoryError) -> Self {
         Self::History(error)
+    }
+}
+
+/// One lock per session being loaded from the history, so concurrent
+/// requests for a session this instance does not hold load it once.
+#[derive(Default)]
+pub(crate) struct Loading(Mutex<HashMap<SessionId, Weak<tokio::sync::Mutex<()>>>>);
+
+impl Loading {
+    /// The lock of session `id`'s load (alive while someone holds it).
+    fn slot(&self, id: &SessionId) -> Arc<tokio::sync::Mutex<()>> {
+        let mut slots = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(slot) = slots.get(id).and_then(Weak::upgrade) {
+            return slot;
+        }
+        // Forget finished loads now and then: the map holds at most the
+        // loads in flight, give or take the ones since the last sweep.
+        if slots.len() >= 64 {
+            slots.retain(|_, slot| slot.strong_count() > 0);
+        }
+        let slot = Arc::new(tokio::sync::Mutex::new(()));
+        slots.insert(*id, Arc::downgrade(&slot));
+        slot
     }
 }
 

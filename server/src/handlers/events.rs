@@ -6,8 +6,9 @@ use crate::connection::ConnectionHandle;
 use crate::delivery::{self, copy_replay, Attached, NotReplayed, StreamSlot};
 use crate::error::ApiError;
 use crate::extract::{sse_cursor, JsonBody, Publisher, SessionEntry};
+use crate::history::History;
 use crate::ids::SessionId;
-use crate::metrics::{HistoryFailure, Stage};
+use crate::metrics::{HistoryFailure, Limit, Stage};
 use crate::replica::ReplicaError;
 use crate::state::{AppState, Shared};
 use axum::extract::{Query, State};
@@ -37,8 +38,8 @@ pub(crate) async fn emit(
     let compact = crate::json::minify(&bytes);
     let ring = entry.session.ring();
     let seq = match (&state.history, &entry.replica) {
-        // Appended to the shared history first, then into the ring: the
-        // `202` means durable in Redis.
+        // Appended to the shared history first (which gives it its seq),
+        // then into the ring: the `202` means durable in Redis.
         (Some(history), Some(replica)) => {
             if compact.len() > ring.max_payload() {
                 return Err(ApiError::PayloadTooLarge {
@@ -46,12 +47,16 @@ pub(crate) async fn emit(
                     max: ring.max_payload(),
                 });
             }
-            let seq = replica
-                .emit(history, Bytes::from(compact))
+            // Emits waiting for Redis are bounded per instance.
+            let Ok(slot) = Arc::clone(&state.emit_slots).try_acquire_owned() else {
+                state.metrics.tripped(Limit::QueuedEmits);
+                return Err(ApiError::HistoryUnavailable);
+            };
+            let deadline = tokio::time::Instant::now() + History::config(history.as_ref()).timeout;
+            replica
+                .emit(history, Bytes::from(compact), deadline, Some(slot))
                 .await
-                .map_err(|error| replica_failed(&state, &entry.id, &error))?;
-            replica.keep_lease(history);
-            seq
+                .map_err(|error| replica_failed(&state, &entry.id, &error))?
         }
         _ => ring.emit(&compact).map_err(too_large)?,
     };
@@ -83,15 +88,11 @@ fn too_large(error: EmitError) -> ApiError {
 /// acknowledged).
 fn replica_failed(state: &Shared, id: &SessionId, error: &ReplicaError) -> ApiError {
     match error {
-        ReplicaError::OwnerUnavailable { retry_after } => {
-            state
-                .metrics
-                .history_failed(HistoryFailure::OwnerUnavailable);
-            ApiError::OwnerUnavailable {
-                retry_after_secs: retry_after.as_millis().div_ceil(1000).max(1) as u64,
-            }
-        }
         ReplicaError::History(error) => state.session_history_failed(id, error.clone()).into(),
+        ReplicaError::Expired => {
+            state.metrics.history_failed(HistoryFailure::Unavailable);
+            ApiError::HistoryUnavailable
+        }
         // This copy cannot continue; the next request loads it afresh.
         ReplicaError::Stale { .. } => {
             state.metrics.replicas_reloaded.inc();

@@ -1,16 +1,19 @@
 //! An in-memory [`History`] for unit tests: the same rules as the Redis
-//! scripts (lease first, next seq next, retention by count), with faults
-//! to inject: unreachable, and an append applied but answered as a failure
-//! (a Redis that ran the script after the caller's deadline).
+//! scripts (the append assigns the next seqs; retention by events and by
+//! payload bytes, never below the newest event; reads paged by bytes),
+//! with faults to inject: unreachable, and an append applied but answered
+//! as a failure (a Redis that ran the script after the caller's deadline).
+//! Each append announces the session's new last seq, as the script's
+//! `PUBLISH` does.
 
-use super::{Acquired, History, HistoryConfig, HistoryError, Snapshot, Tail, Token};
+use super::{History, HistoryConfig, HistoryError, Snapshot};
 use crate::ids::SessionId;
 use bytes::Bytes;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
-use tokio::sync::Notify;
+use tokio::sync::watch;
 
 /// One session as the fake holds it.
 #[derive(Clone, Debug, Default)]
@@ -21,8 +24,6 @@ pub(crate) struct Stored {
     pub(crate) sent: u64,
     /// Retained events by seq.
     pub(crate) events: BTreeMap<u64, Bytes>,
-    /// The lease holder, if any (no expiry: tests move it by hand).
-    pub(crate) lease: Option<Token>,
 }
 
 /// Faults the next calls meet.
@@ -37,13 +38,14 @@ pub(crate) struct Faults {
 /// The fake.
 pub(crate) struct MemoryHistory {
     config: HistoryConfig,
-    sessions: Arc<Mutex<HashMap<SessionId, Stored>>>,
+    sessions: Mutex<HashMap<SessionId, Stored>>,
     faults: Mutex<Faults>,
     /// Append calls that reached the fake (batches, not events).
     pub(crate) appends: AtomicUsize,
     /// How long each append takes (a round trip to Redis).
     latency: Duration,
-    appended: Arc<Notify>,
+    /// The last seq of the latest append, of any session.
+    announced: watch::Sender<u64>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -53,21 +55,22 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl MemoryHistory {
-    /// An empty fake keeping `retention` events per session.
-    pub(crate) fn new(retention: usize) -> Self {
+    /// An empty fake keeping `retention` events and `retention_bytes` of
+    /// payload per session.
+    pub(crate) fn new(retention: usize, retention_bytes: usize) -> Self {
         Self {
             config: HistoryConfig {
                 url: "memory://".into(),
                 timeout: Duration::from_secs(1),
-                lease_ttl: Duration::from_secs(3),
                 retention,
+                retention_bytes,
                 idle: Duration::from_secs(600),
             },
-            sessions: Arc::new(Mutex::new(HashMap::new())),
+            sessions: Mutex::new(HashMap::new()),
             faults: Mutex::new(Faults::default()),
             appends: AtomicUsize::new(0),
             latency: Duration::ZERO,
-            appended: Arc::new(Notify::new()),
+            announced: watch::channel(0).0,
         }
     }
 
@@ -75,6 +78,11 @@ impl MemoryHistory {
     pub(crate) fn with_latency(mut self, latency: Duration) -> Self {
         self.latency = latency;
         self
+    }
+
+    /// Announcements of appends (any session's new last seq).
+    pub(crate) fn announcements(&self) -> watch::Receiver<u64> {
+        self.announced.subscribe()
     }
 
     /// Puts session `id` in the fake as `stored`.
@@ -101,154 +109,76 @@ impl MemoryHistory {
 }
 
 impl History for MemoryHistory {
-    type Tail = MemoryTail;
-
     fn config(&self) -> &HistoryConfig {
         &self.config
     }
 
-    async fn append(
-        &self,
-        id: &SessionId,
-        owner: Token,
-        first: u64,
-        payloads: &[Bytes],
-    ) -> Result<u64, HistoryError> {
+    async fn append(&self, id: &SessionId, payloads: &[Bytes]) -> Result<u64, HistoryError> {
         self.check_up()?;
         self.appends.fetch_add(1, Ordering::Relaxed);
         if !self.latency.is_zero() {
             tokio::time::sleep(self.latency).await;
         }
-        let last = {
+        let (first, last) = {
             let mut sessions = lock(&self.sessions);
             let stored = sessions.get_mut(id).ok_or(HistoryError::Gone)?;
-            if stored.lease != Some(owner) {
-                return Err(HistoryError::NotOwner {
-                    retry_after: Duration::from_millis(1500),
-                });
-            }
-            if first != stored.published + 1 {
-                return Err(HistoryError::Behind {
-                    published: stored.published,
-                });
-            }
+            let first = stored.published + 1;
             for (seq, payload) in (first..).zip(payloads) {
                 stored.events.insert(seq, payload.clone());
             }
-            stored.published = first + payloads.len() as u64 - 1;
-            while stored.events.len() > self.config.retention {
-                stored.events.pop_first();
+            stored.published += payloads.len() as u64;
+            let mut bytes: usize = stored.events.values().map(Bytes::len).sum();
+            while stored.events.len() > self.config.retention
+                || (bytes > self.config.retention_bytes && stored.events.len() > 1)
+            {
+                if let Some((_, dropped)) = stored.events.pop_first() {
+                    bytes -= dropped.len();
+                }
             }
-            stored.published
+            (first, stored.published)
         };
-        self.appended.notify_waiters();
+        self.announced.send_replace(last);
         let mut faults = lock(&self.faults);
         if std::mem::take(&mut faults.land_then_fail) {
             return Err(HistoryError::Unavailable("applied, answered late".into()));
         }
-        Ok(last)
-    }
-
-    async fn acquire(&self, id: &SessionId, owner: Token) -> Result<Acquired, HistoryError> {
-        self.check_up()?;
-        let mut sessions = lock(&self.sessions);
-        let stored = sessions.get_mut(id).ok_or(HistoryError::Gone)?;
-        match stored.lease {
-            Some(holder) if holder != owner => Ok(Acquired::Held {
-                retry_after: Duration::from_millis(1500),
-            }),
-            _ => {
-                stored.lease = Some(owner);
-                Ok(Acquired::Owner {
-                    published: stored.published,
-                })
-            }
-        }
-    }
-
-    async fn renew(&self, id: &SessionId, owner: Token) -> Result<bool, HistoryError> {
-        self.check_up()?;
-        Ok(lock(&self.sessions)
-            .get(id)
-            .is_some_and(|stored| stored.lease == Some(owner)))
-    }
-
-    async fn release(&self, id: &SessionId, owner: Token) -> Result<(), HistoryError> {
-        self.check_up()?;
-        if let Some(stored) = lock(&self.sessions).get_mut(id) {
-            if stored.lease == Some(owner) {
-                stored.lease = None;
-            }
-        }
-        Ok(())
+        Ok(first)
     }
 
     async fn after(
         &self,
         id: &SessionId,
         after: u64,
-        count: usize,
+        max_bytes: usize,
     ) -> Result<Option<Snapshot>, HistoryError> {
         self.check_up()?;
-        Ok(lock(&self.sessions).get(id).map(|stored| Snapshot {
-            epoch: stored.epoch,
-            published: stored.published,
-            acked: stored.acked,
-            sent: stored.sent,
-            events: stored
+        Ok(lock(&self.sessions).get(id).map(|stored| {
+            let mut total = 0;
+            let events = stored
                 .events
                 .range(after + 1..)
-                .take(count)
-                .map(|(seq, payload)| (*seq, payload.clone()))
-                .collect(),
-            publish_key: None,
-        }))
-    }
-
-    async fn tail(&self, id: &SessionId) -> Result<MemoryTail, HistoryError> {
-        self.check_up()?;
-        Ok(MemoryTail {
-            id: *id,
-            sessions: Arc::clone(&self.sessions),
-            appended: Arc::clone(&self.appended),
-        })
-    }
-}
-
-/// The fake's tail: waits for an append notification, then reads.
-pub(crate) struct MemoryTail {
-    id: SessionId,
-    sessions: Arc<Mutex<HashMap<SessionId, Stored>>>,
-    appended: Arc<Notify>,
-}
-
-impl Tail for MemoryTail {
-    async fn next(
-        &mut self,
-        after: u64,
-        block: Duration,
-    ) -> Result<Vec<(u64, Bytes)>, HistoryError> {
-        let read = |sessions: &Mutex<HashMap<SessionId, Stored>>| -> Vec<(u64, Bytes)> {
-            lock(sessions)
-                .get(&self.id)
-                .map(|stored| {
-                    stored
-                        .events
-                        .range(after + 1..)
-                        .map(|(seq, payload)| (*seq, payload.clone()))
-                        .collect()
+                .take_while(|(_, payload)| {
+                    let fits = total == 0 || total + payload.len() <= max_bytes;
+                    total += payload.len().max(1);
+                    fits
                 })
-                .unwrap_or_default()
-        };
-        // Registered before the read, so an append right after it wakes us.
-        let notified = self.appended.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        let events = read(&self.sessions);
-        if !events.is_empty() {
-            return Ok(events);
-        }
-        let _ = tokio::time::timeout(block, notified).await;
-        Ok(read(&self.sessions))
+                .take(512)
+                .map(|(seq, payload)| (*seq, payload.clone()))
+                .collect();
+            Snapshot {
+                epoch: stored.epoch,
+                published: stored.published,
+                acked: stored.acked,
+                sent: stored.sent,
+                first_retained: stored
+                    .events
+                    .keys()
+                    .next()
+                    .copied()
+                    .unwrap_or(stored.published + 1),
+                events,
+                publish_key: None,
+            }
+        }))
     }
 }

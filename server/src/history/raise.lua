@@ -1,6 +1,6 @@
 -- Raises a session's acked and sent cursors (each a maximum, never
 -- lowered) and restarts its idle expiry, for the transport attached at
--- a given attach generation. KEYS: meta, stream. ARGV: acked, sent, idle
+-- a given attach generation. KEYS: meta, stream, sizes. ARGV: acked, sent, idle
 -- ms, generation: '' (no transport), 'new' (a transport attaches now: the
 -- generation goes up by one), or the generation of the caller's transport
 -- (refused, nothing raised, if another transport attached since).
@@ -18,4 +18,5 @@ if tonumber(ARGV[1]) > tonumber(m[1]) then redis.call('HSET', KEYS[1], 'acked', 
 if tonumber(ARGV[2]) > tonumber(m[2]) then redis.call('HSET', KEYS[1], 'sent', ARGV[2]) end
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
+if KEYS[3] then redis.call('PEXPIRE', KEYS[3], ARGV[3]) end
 return {1, generation}

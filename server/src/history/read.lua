@@ -1,14 +1,32 @@
--- One consistent read of a session: its meta and events. KEYS: meta,
--- stream. ARGV: 'last' and a count (the newest events, newest first), or a
--- seq and a count (the events after that seq, oldest first).
+-- One consistent read of a session: its meta and a page of its events,
+-- at most a byte budget of payload (never less than one event), and a
+-- restart of its idle expiry (a read is activity too).
+-- KEYS: meta, stream, sizes. ARGV: a seq (the events after it, oldest
+-- first), max bytes, idle ms.
 -- Returns nil when the session is gone, else {epoch, published, acked,
--- sent, entries, publish key ('' without one)}.
+-- sent, entries, publish key ('' without one), first retained seq}.
 local m = redis.call('HMGET', KEYS[1], 'epoch', 'published', 'acked', 'sent', 'pk')
 if not m[1] then return nil end
-local entries
-if ARGV[1] == 'last' then
-  entries = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', ARGV[2])
-else
-  entries = redis.call('XRANGE', KEYS[2], '(0-' .. ARGV[1], '+', 'COUNT', ARGV[2])
+local published = tonumber(m[2])
+local retained = redis.call('LLEN', KEYS[3])
+local first = published - retained + 1
+local from = math.max(tonumber(ARGV[1]) + 1, first)
+local budget = tonumber(ARGV[2])
+local count = 0
+if from <= published then
+  local sizes = redis.call('LRANGE', KEYS[3], from - first, from - first + 511)
+  local total = 0
+  for _, size in ipairs(sizes) do
+    total = total + tonumber(size)
+    if count > 0 and total > budget then break end
+    count = count + 1
+  end
 end
-return {m[1], m[2], m[3], m[4], entries, m[5] or ''}
+local entries = {}
+if count > 0 then
+  entries = redis.call('XRANGE', KEYS[2], string.format('0-%d', from), '+', 'COUNT', count)
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
+return {m[1], m[2], m[3], m[4], entries, m[5] or '', string.format('%d', first)}

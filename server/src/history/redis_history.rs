@@ -1,20 +1,20 @@
-//! [`History`] over Redis: the scripts, one multiplexed reconnecting
-//! connection for every short call, and a dedicated connection per
-//! [`RedisTail`] (a blocked `XREAD` would stall every call queued behind
-//! it).
+//! [`History`] over Redis: the scripts, and one multiplexed reconnecting
+//! connection for every call (nothing blocks on it: mirrors learn of new
+//! events from the [`notify`](super::notify) connection and read them
+//! here).
 
-use super::{
-    Acquired, Attach, History, HistoryConfig, HistoryError, Raised, Snapshot, Tail, Token,
-};
+use super::{Attach, History, HistoryConfig, HistoryError, Raised, Snapshot};
 use crate::ids::{PublishKey, SessionId};
 use bytes::Bytes;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
-use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, Script, Value};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, ErrorKind, RedisError, Script, Value};
 use std::future::Future;
 use std::time::Duration;
 
-/// Events read per call when a ring catches up with the history.
-pub(crate) const READ_BATCH: usize = 512;
+/// Payload bytes read per call at most when a ring catches up with the
+/// history or a session is loaded (a page never has fewer than one event
+/// nor more than 512).
+pub(crate) const READ_BYTES: usize = 256 << 10;
 
 /// The shared history of every session, in one Redis.
 pub(crate) struct RedisHistory {
@@ -29,18 +29,15 @@ pub(crate) struct RedisHistory {
 struct Scripts {
     create: Script,
     append: Script,
-    acquire: Script,
-    renew: Script,
-    release: Script,
     raise: Script,
     read: Script,
 }
 
-/// The three keys of session `id` (see the module docs).
+/// The keys of session `id` (see the module docs).
 struct Keys {
     stream: String,
     meta: String,
-    lease: String,
+    sizes: String,
 }
 
 impl Keys {
@@ -54,7 +51,7 @@ impl Keys {
         Self {
             stream: format!("gapless:{{{id}}}:s"),
             meta: format!("gapless:{{{id}}}:m"),
-            lease: format!("gapless:{{{id}}}:l"),
+            sizes: format!("gapless:{{{id}}}:z"),
         }
     }
 }
@@ -84,9 +81,6 @@ impl RedisHistory {
             scripts: Scripts {
                 create: Script::new(include_str!("create.lua")),
                 append: Script::new(include_str!("append.lua")),
-                acquire: Script::new(include_str!("acquire.lua")),
-                renew: Script::new(include_str!("renew.lua")),
-                release: Script::new(include_str!("release.lua")),
                 raise: Script::new(include_str!("raise.lua")),
                 read: Script::new(include_str!("read.lua")),
             },
@@ -109,6 +103,11 @@ impl RedisHistory {
         }
     }
 
+    /// A client for the same Redis (for the announcement connection).
+    pub(crate) fn client(&self) -> Client {
+        self.client.clone()
+    }
+
     /// Whether Redis answers.
     pub(crate) async fn ping(&self) -> Result<(), HistoryError> {
         let mut connection = self.connection.clone();
@@ -123,13 +122,12 @@ impl RedisHistory {
             .max(1)
     }
 
-    /// Records a new session with `epoch`, owned by `owner`. `false` if a
-    /// session with this ID exists.
+    /// Records a new session with `epoch`. `false` if a session with this
+    /// ID exists.
     pub(crate) async fn create(
         &self,
         id: &SessionId,
         epoch: u64,
-        owner: Token,
         publish_key: Option<PublishKey>,
     ) -> Result<bool, HistoryError> {
         let keys = Keys::of(id);
@@ -137,10 +135,7 @@ impl RedisHistory {
         let mut invocation = self.scripts.create.prepare_invoke();
         invocation
             .key(&keys.meta)
-            .key(&keys.lease)
             .arg(format!("{epoch:016x}"))
-            .arg(owner.to_string())
-            .arg(Self::ms(self.config.lease_ttl))
             .arg(Self::ms(self.config.idle))
             .arg(publish_key.map(|key| key.to_string()).unwrap_or_default());
         let created: i64 = self.call(invocation.invoke_async(&mut connection)).await?;
@@ -163,6 +158,7 @@ impl RedisHistory {
         invocation
             .key(&keys.meta)
             .key(&keys.stream)
+            .key(&keys.sizes)
             .arg(acked)
             .arg(sent)
             .arg(Self::ms(self.config.idle))
@@ -179,61 +175,88 @@ impl RedisHistory {
         })
     }
 
-    /// The session's meta and its newest `count` events; `None` if the
-    /// session is gone.
-    pub(crate) async fn newest(
-        &self,
-        id: &SessionId,
-        count: usize,
-    ) -> Result<Option<Snapshot>, HistoryError> {
-        self.read(id, "last".to_owned(), count).await
+    /// The session's meta and every event it retains, read in pages of
+    /// [`READ_BYTES`]; `None` if the session is gone. Pages are separate
+    /// reads: if appends trimmed the history past the next page meanwhile,
+    /// the load starts again from the new oldest event.
+    pub(crate) async fn load(&self, id: &SessionId) -> Result<Option<Snapshot>, HistoryError> {
+        'load: loop {
+            let Some(mut snapshot) = self.read(id, 0, READ_BYTES).await? else {
+                return Ok(None);
+            };
+            loop {
+                let next = snapshot
+                    .events
+                    .last()
+                    .map_or(snapshot.first_retained, |(seq, _)| seq + 1);
+                if next > snapshot.published {
+                    return Ok(Some(snapshot));
+                }
+                let Some(page) = self.read(id, next - 1, READ_BYTES).await? else {
+                    return Ok(None);
+                };
+                if page.epoch != snapshot.epoch {
+                    continue 'load;
+                }
+                match page.events.first() {
+                    Some((seq, _)) if *seq == next => {}
+                    // Trimmed past the page meanwhile: a consistent load
+                    // starts again.
+                    _ => continue 'load,
+                }
+                snapshot.events.extend(page.events);
+                snapshot.published = page.published;
+                snapshot.acked = page.acked;
+                snapshot.sent = page.sent;
+            }
+        }
     }
 
     async fn read(
         &self,
         id: &SessionId,
-        from: String,
-        count: usize,
+        after: u64,
+        max_bytes: usize,
     ) -> Result<Option<Snapshot>, HistoryError> {
-        let newest_first = from == "last";
         let keys = Keys::of(id);
         let mut connection = self.connection.clone();
         let mut invocation = self.scripts.read.prepare_invoke();
         invocation
             .key(&keys.meta)
             .key(&keys.stream)
-            .arg(from)
-            .arg(count);
+            .key(&keys.sizes)
+            .arg(after)
+            .arg(max_bytes)
+            .arg(Self::ms(self.config.idle));
         let value: Value = self.call(invocation.invoke_async(&mut connection)).await?;
         let items = match value {
             Value::Nil => return Ok(None),
-            Value::Array(items) if items.len() == 6 => items,
+            Value::Array(items) if items.len() == 7 => items,
             other => return Err(HistoryError::Corrupt(format!("read answered {other:?}"))),
         };
         let mut items = items.into_iter();
-        let mut text = || text_of(items.next().unwrap_or(Value::Nil));
-        let epoch = text()?;
+        let mut next = || items.next().unwrap_or(Value::Nil);
+        let epoch = text_of(next())?;
         let epoch = u64::from_str_radix(&epoch, 16)
             .map_err(|_| HistoryError::Corrupt(format!("epoch {epoch:?}")))?;
-        let published = parse_seq(&text()?)?;
-        let acked = parse_seq(&text()?)?;
-        let sent = parse_seq(&text()?)?;
-        let mut events = entries(items.next().unwrap_or(Value::Nil))?;
-        if newest_first {
-            events.reverse();
-        }
-        let publish_key = match text_of(items.next().unwrap_or(Value::Nil))? {
+        let published = parse_seq(&text_of(next())?)?;
+        let acked = parse_seq(&text_of(next())?)?;
+        let sent = parse_seq(&text_of(next())?)?;
+        let events = entries(next())?;
+        let publish_key = match text_of(next())? {
             key if key.is_empty() => None,
             key => Some(
                 key.parse()
                     .map_err(|_| HistoryError::Corrupt("publish key".into()))?,
             ),
         };
+        let first_retained = parse_seq(&text_of(next())?)?;
         Ok(Some(Snapshot {
             epoch,
             published,
             acked,
             sent,
+            first_retained,
             events,
             publish_key,
         }))
@@ -304,7 +327,7 @@ impl RedisHistory {
             redis::cmd("DEL")
                 .arg(&keys.stream)
                 .arg(&keys.meta)
-                .arg(&keys.lease)
+                .arg(&keys.sizes)
                 .query_async::<i64>(&mut connection),
         )
         .await
@@ -313,169 +336,43 @@ impl RedisHistory {
 }
 
 impl History for RedisHistory {
-    type Tail = RedisTail;
-
     /// The configuration this history was opened with.
     fn config(&self) -> &HistoryConfig {
         &self.config
     }
 
-    /// Appends `payloads` as seqs `first ..`, as `owner`; returns the last
-    /// seq. Durable in Redis (to its persistence settings) when this
-    /// returns `Ok`.
-    async fn append(
-        &self,
-        id: &SessionId,
-        owner: Token,
-        first: u64,
-        payloads: &[Bytes],
-    ) -> Result<u64, HistoryError> {
+    /// Appends `payloads` as the session's next seqs, trimming the session
+    /// to the ring's limits; the first seq. Durable in Redis (to its
+    /// persistence settings) when this returns `Ok`.
+    async fn append(&self, id: &SessionId, payloads: &[Bytes]) -> Result<u64, HistoryError> {
         let keys = Keys::of(id);
         let mut connection = self.connection.clone();
         let mut invocation = self.scripts.append.prepare_invoke();
         invocation
-            .key(&keys.lease)
-            .key(&keys.stream)
             .key(&keys.meta)
-            .arg(owner.to_string())
-            .arg(first)
+            .key(&keys.stream)
+            .key(&keys.sizes)
+            .arg(id.to_string())
             .arg(self.config.retention)
-            .arg(Self::ms(self.config.lease_ttl))
+            .arg(self.config.retention_bytes)
             .arg(Self::ms(self.config.idle));
         for payload in payloads {
             invocation.arg(payload.as_ref());
         }
-        let last: String = self.call(invocation.invoke_async(&mut connection)).await?;
-        parse_seq(&last)
+        let first: u64 = self.call(invocation.invoke_async(&mut connection)).await?;
+        Ok(first)
     }
 
-    /// Takes the session's lease for `owner` if it is free (or already
-    /// `owner`'s).
-    async fn acquire(&self, id: &SessionId, owner: Token) -> Result<Acquired, HistoryError> {
-        let keys = Keys::of(id);
-        let mut connection = self.connection.clone();
-        let mut invocation = self.scripts.acquire.prepare_invoke();
-        invocation
-            .key(&keys.lease)
-            .key(&keys.meta)
-            .arg(owner.to_string())
-            .arg(Self::ms(self.config.lease_ttl));
-        let (outcome, figure): (String, String) =
-            self.call(invocation.invoke_async(&mut connection)).await?;
-        let figure = parse_seq(&figure)?;
-        match outcome.as_str() {
-            "owner" => Ok(Acquired::Owner { published: figure }),
-            "held" => Ok(Acquired::Held {
-                retry_after: Duration::from_millis(figure),
-            }),
-            other => Err(HistoryError::Corrupt(format!("acquire answered {other}"))),
-        }
-    }
-
-    /// Extends `owner`'s lease; `false` if another instance holds it now.
-    async fn renew(&self, id: &SessionId, owner: Token) -> Result<bool, HistoryError> {
-        let keys = Keys::of(id);
-        let mut connection = self.connection.clone();
-        let mut invocation = self.scripts.renew.prepare_invoke();
-        invocation
-            .key(&keys.lease)
-            .arg(owner.to_string())
-            .arg(Self::ms(self.config.lease_ttl));
-        let renewed: i64 = self.call(invocation.invoke_async(&mut connection)).await?;
-        Ok(renewed == 1)
-    }
-
-    /// Gives up `owner`'s lease, so another instance may take over at once.
-    async fn release(&self, id: &SessionId, owner: Token) -> Result<(), HistoryError> {
-        let keys = Keys::of(id);
-        let mut connection = self.connection.clone();
-        let mut invocation = self.scripts.release.prepare_invoke();
-        invocation.key(&keys.lease).arg(owner.to_string());
-        self.call(invocation.invoke_async::<i64>(&mut connection))
-            .await
-            .map(drop)
-    }
-
-    /// The session's meta and up to `count` events after seq `after`;
-    /// `None` if the session is gone. The events are whatever Redis still
-    /// retains: the first may be past `after + 1` (the caller checks).
+    /// The session's meta and the events after seq `after` still retained,
+    /// at most `max_bytes` of payload (at least one event); `None` if the
+    /// session is gone.
     async fn after(
         &self,
         id: &SessionId,
         after: u64,
-        count: usize,
+        max_bytes: usize,
     ) -> Result<Option<Snapshot>, HistoryError> {
-        self.read(id, after.to_string(), count).await
-    }
-
-    /// A dedicated connection that follows session `id`'s stream.
-    async fn tail(&self, id: &SessionId) -> Result<RedisTail, HistoryError> {
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.config.timeout))
-            .set_response_timeout(None);
-        let connection = self
-            .call(
-                self.client
-                    .get_multiplexed_async_connection_with_config(&config),
-            )
-            .await?;
-        Ok(RedisTail {
-            connection,
-            stream: Keys::of(id).stream,
-            timeout: self.config.timeout,
-        })
-    }
-}
-
-/// A blocking reader of one session's stream, on its own connection.
-pub(crate) struct RedisTail {
-    connection: MultiplexedConnection,
-    stream: String,
-    timeout: Duration,
-}
-
-impl Tail for RedisTail {
-    async fn next(
-        &mut self,
-        after: u64,
-        block: Duration,
-    ) -> Result<Vec<(u64, Bytes)>, HistoryError> {
-        let mut command = redis::cmd("XREAD");
-        command
-            .arg("COUNT")
-            .arg(READ_BATCH)
-            .arg("BLOCK")
-            .arg(u64::try_from(block.as_millis()).unwrap_or(u64::MAX))
-            .arg("STREAMS")
-            .arg(&self.stream)
-            .arg(format!("0-{after}"));
-        let call = command.query_async::<Value>(&mut self.connection);
-        let value = match tokio::time::timeout(block + self.timeout, call).await {
-            Ok(result) => result.map_err(typed)?,
-            Err(_) => {
-                return Err(HistoryError::Unavailable(format!(
-                    "XREAD gave no answer within {:?}",
-                    block + self.timeout
-                )))
-            }
-        };
-        // Nil on timeout, else [[stream, entries]] (a map under RESP3).
-        let streams = match value {
-            Value::Nil => return Ok(Vec::new()),
-            Value::Array(streams) => streams,
-            Value::Map(pairs) => pairs
-                .into_iter()
-                .map(|(key, entries)| Value::Array(vec![key, entries]))
-                .collect(),
-            other => return Err(HistoryError::Corrupt(format!("XREAD answered {other:?}"))),
-        };
-        match streams.into_iter().next() {
-            Some(Value::Array(pair)) if pair.len() == 2 => {
-                entries(pair.into_iter().nth(1).unwrap_or(Value::Nil))
-            }
-            None => Ok(Vec::new()),
-            Some(other) => Err(HistoryError::Corrupt(format!("XREAD stream {other:?}"))),
-        }
+        self.read(id, after, max_bytes).await
     }
 }
 
@@ -483,23 +380,8 @@ impl Tail for RedisTail {
 /// else (I/O, timeouts, OOM, LOADING, a busy script) as unavailable, and
 /// replies of the wrong shape as corrupt.
 fn typed(error: RedisError) -> HistoryError {
-    let detail = error.detail().unwrap_or_default().trim();
-    match error.code() {
-        Some("NOTOWNER") => {
-            // PTTL is -2 (no lease any more) or -1 (no expiry): retry soon.
-            let ms = detail.parse::<i64>().unwrap_or(0).max(1);
-            return HistoryError::NotOwner {
-                retry_after: Duration::from_millis(ms.unsigned_abs()),
-            };
-        }
-        Some("BEHIND") => {
-            return match parse_seq(detail) {
-                Ok(published) => HistoryError::Behind { published },
-                Err(error) => error,
-            }
-        }
-        Some("GONE") => return HistoryError::Gone,
-        _ => {}
+    if error.code() == Some("GONE") {
+        return HistoryError::Gone;
     }
     match error.kind() {
         ErrorKind::Parse | ErrorKind::UnexpectedReturnType => {

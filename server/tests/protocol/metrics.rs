@@ -154,6 +154,7 @@ async fn every_metric_name_and_label_is_pinned() {
                     "write_timeout",
                     "header_read_timeout",
                     "body_read_timeout",
+                    "queued_emits",
                     "ws_message_size",
                     "pong_timeout",
                     "panic",
@@ -162,7 +163,7 @@ async fn every_metric_name_and_label_is_pinned() {
             (
                 "gapless_history_errors_total",
                 "kind",
-                &["unavailable", "owner_unavailable", "gone", "corrupt"],
+                &["unavailable", "gone", "corrupt"],
             ),
             ("gapless_migrations_refused_total", "reason", &reasons),
             ("gapless_resumes_refused_total", "reason", &reasons),

@@ -9,25 +9,14 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-/// The lease of the test instances: short, so a takeover after a kill
-/// takes about this long.
-pub const LEASE_TTL: &str = "1.5";
-
-/// How long a test waits for a takeover or a recovery at most.
+/// How long a test waits for a recovery at most.
 pub const RECOVERY: Duration = Duration::from_secs(20);
 
-/// An instance of `gapless-server serve --redis URL` with a short lease,
-/// a 1 s Redis deadline and `extra` flags.
+/// An instance of `gapless-server serve --redis URL` with a 1 s Redis
+/// deadline and `extra` flags.
 pub async fn instance(redis: &RedisServer, extra: &[&str]) -> (ChildGuard, Client) {
     let url = redis.url();
-    let mut args = vec![
-        "--redis",
-        url.as_str(),
-        "--lease-ttl",
-        LEASE_TTL,
-        "--redis-timeout",
-        "1",
-    ];
+    let mut args = vec!["--redis", url.as_str(), "--redis-timeout", "1"];
     args.extend_from_slice(extra);
     launch(&args, &[]).await
 }
@@ -37,9 +26,9 @@ pub fn payload(emitter: usize, index: u64) -> String {
     json!({ "emitter": emitter, "index": index }).to_string()
 }
 
-/// Emits `payload`, retrying while the answer is `503 owner_unavailable`
-/// or `history_unavailable` (a takeover or a Redis restart in progress),
-/// until [`RECOVERY`]. The `503`s seen are returned with the ID.
+/// Emits `payload`, retrying while the answer is `503
+/// history_unavailable` (a Redis restart in progress), until
+/// [`RECOVERY`]. The `503`s seen are returned with the ID.
 pub async fn emit_retrying(
     client: &Client,
     session: &str,

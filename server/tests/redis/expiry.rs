@@ -11,8 +11,7 @@ use std::time::Duration;
 /// keys' expiry without activity (idle timeout 2 s + two keepalive
 /// periods of 5 s = 12 s). Its keepalives keep the session alive: an emit
 /// on A afterwards is delivered to it. A's own copy, idle, was ended
-/// meanwhile and gave its lease up; A loads the session again and takes
-/// the lease.
+/// meanwhile; A loads the session again and emits into it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_open_stream_keeps_its_session_alive_past_the_idle_timeout() {
     bounded("stream keeps the session", async {

@@ -6,7 +6,7 @@
 //! same figures on every instance.
 //!
 //! Needs `redis-server` (Debian's package; `.ci/run` installs it). Every
-//! wait is bounded; waiting for a lease to lapse is polling with a
+//! wait is bounded; waiting for a recovery is polling with a
 //! deadline, as a client honouring `Retry-After` would.
 
 #[allow(dead_code)]

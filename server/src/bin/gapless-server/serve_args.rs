@@ -122,10 +122,6 @@ pub struct ServeArgs {
     /// Seconds each Redis call may take before it counts as unavailable.
     #[arg(long, env = "GAPLESS_REDIS_TIMEOUT", default_value = "2", value_parser = seconds)]
     redis_timeout: Duration,
-    /// Seconds a session's owner lease lasts unless renewed: how soon
-    /// another instance takes over the emits of one that died.
-    #[arg(long, env = "GAPLESS_LEASE_TTL", default_value = "10", value_parser = seconds)]
-    lease_ttl: Duration,
 }
 
 /// A positive, finite number of seconds (what the server can run with is
@@ -170,8 +166,8 @@ impl ServeArgs {
             redis: self.redis.as_ref().map(|url| HistoryConfig {
                 url: url.clone(),
                 timeout: self.redis_timeout,
-                lease_ttl: self.lease_ttl,
                 retention: self.ring_events,
+                retention_bytes: self.ring_bytes,
                 idle: self.idle_timeout,
             }),
             ..ServerConfig::default()

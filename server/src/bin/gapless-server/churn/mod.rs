@@ -542,8 +542,8 @@ pub async fn run(
         redis: config.redis.as_ref().map(|url| HistoryConfig {
             url: url.clone(),
             timeout: Duration::from_secs(2),
-            lease_ttl: Duration::from_secs(10),
             retention: config.ring_events,
+            retention_bytes: config.ring_bytes,
             idle: Duration::from_secs(600),
         }),
         ..ServerConfig::default()
