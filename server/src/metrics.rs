@@ -213,6 +213,8 @@ pub(crate) struct RingTotals {
     pub(crate) reserved_bytes: u64,
     /// The memory budget in bytes (`u64::MAX`: none).
     pub(crate) budget_bytes: u64,
+    /// Emits waiting for the shared history now (`--redis`).
+    pub(crate) emits_waiting: u64,
 }
 
 /// Reads [`RingTotals`] at scrape time.
@@ -246,6 +248,11 @@ impl Collector for Rings {
                 "gapless_ring_memory_budget_bytes",
                 "The memory budget session creation respects (--memory-budget)",
                 live.budget_bytes,
+            ),
+            (
+                "gapless_emits_waiting",
+                "Emits waiting for the shared history (--redis) now; at most --max-queued-emits",
+                live.emits_waiting,
             ),
         ] {
             let gauge = ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX));
@@ -469,6 +476,7 @@ mod tests {
             wrap_waits: 1,
             reserved_bytes: 300,
             budget_bytes: 1000,
+            emits_waiting: 0,
         });
         metrics.evicted_in_deleted.inc_by(2);
         metrics.refused(Stage::Migration, &Refusal::BadTicket);

@@ -722,12 +722,15 @@ impl AppState {
         let limits = Limits::new(&config)?;
         let max_queued_emits = config.max_queued_emits;
         let sessions = Arc::new(Store::new(64));
+        let emit_slots = Arc::new(tokio::sync::Semaphore::new(max_queued_emits));
         let metrics = Metrics::new({
             let sessions = Arc::clone(&sessions);
             let memory = Arc::clone(&limits.ring_memory);
+            let emit_slots = Arc::clone(&emit_slots);
             move || RingTotals {
                 reserved_bytes: memory.held(),
                 budget_bytes: memory.limit(),
+                emits_waiting: (max_queued_emits - emit_slots.available_permits()) as u64,
                 ..ring_totals(&sessions)
             }
         });
@@ -746,7 +749,7 @@ impl AppState {
             }),
             history,
             loading: Loading::default(),
-            emit_slots: Arc::new(tokio::sync::Semaphore::new(max_queued_emits)),
+            emit_slots,
             started: Instant::now(),
         });
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {

@@ -440,3 +440,33 @@ fn flags_that_could_panic_the_server_are_refused_at_startup() {
         assert!(output.stdout.is_empty(), "{args:?}: it must not have bound");
     }
 }
+
+/// Running: a password in the `--redis` URL never reaches the output, in
+/// the startup error of a Redis that cannot be reached nor in that of a
+/// malformed URL.
+#[test]
+fn a_redis_password_never_reaches_the_output() {
+    for url in [
+        "redis://:s3cret@127.0.0.1:1",
+        "redis://user:s3cret@127.0.0.1:1/0",
+        "redis://user:s3cret@[not a host/0",
+    ] {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_gapless-server"))
+            .args(["serve", "--addr", "127.0.0.1:0", "--redis", url])
+            .args(["--redis-timeout", "1"])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run gapless-server");
+        let printed = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert_ne!(output.status.code(), Some(0), "{url}: {printed}");
+        assert!(!printed.contains("s3cret"), "{url}: {printed}");
+        assert!(
+            printed.contains("***@"),
+            "{url}: the URL is named, redacted: {printed}"
+        );
+    }
+}

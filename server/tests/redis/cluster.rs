@@ -13,10 +13,13 @@ use std::time::{Duration, Instant};
 pub const RECOVERY: Duration = Duration::from_secs(20);
 
 /// An instance of `gapless-server serve --redis URL` with a 1 s Redis
-/// deadline and `extra` flags.
+/// deadline (unless `extra` sets one) and `extra` flags.
 pub async fn instance(redis: &RedisServer, extra: &[&str]) -> (ChildGuard, Client) {
     let url = redis.url();
-    let mut args = vec!["--redis", url.as_str(), "--redis-timeout", "1"];
+    let mut args = vec!["--redis", url.as_str()];
+    if !extra.contains(&"--redis-timeout") {
+        args.extend(["--redis-timeout", "1"]);
+    }
     args.extend_from_slice(extra);
     launch(&args, &[]).await
 }

@@ -19,6 +19,7 @@ mod prometheus;
 #[path = "../protocol/support.rs"]
 mod support;
 
+mod bounds;
 mod cluster;
 mod expiry;
 mod failover;

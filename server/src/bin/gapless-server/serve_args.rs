@@ -119,6 +119,10 @@ pub struct ServeArgs {
     /// `202`; any instance resumes any session.
     #[arg(long, env = "GAPLESS_REDIS")]
     redis: Option<String>,
+    /// Emits waiting for Redis on this instance at most; beyond: 503
+    /// history_unavailable at once.
+    #[arg(long, env = "GAPLESS_MAX_QUEUED_EMITS", default_value_t = 10_000)]
+    max_queued_emits: usize,
     /// Seconds each Redis call may take before it counts as unavailable.
     #[arg(long, env = "GAPLESS_REDIS_TIMEOUT", default_value = "2", value_parser = seconds)]
     redis_timeout: Duration,
@@ -163,6 +167,7 @@ impl ServeArgs {
             ping_interval: self.ping_interval,
             pong_timeout: self.pong_timeout,
             publish_keys: self.publish_keys,
+            max_queued_emits: self.max_queued_emits,
             redis: self.redis.as_ref().map(|url| HistoryConfig {
                 url: url.clone(),
                 timeout: self.redis_timeout,
