@@ -1,11 +1,12 @@
 //! What an instance holds of Redis, and Redis of a session, stays bounded:
 //! a session's payload bytes in Redis stay within the ring's
 //! `--ring-bytes`; hundreds of followed sessions share a few connections;
-//! emits waiting for a Redis that does not answer are capped per instance.
+//! emits waiting for a Redis that does not answer are capped per instance;
+//! a Redis that does not answer does not hold up a shutdown.
 
 use crate::cluster::{instance, payload, Received};
 use crate::redis_server::{Persistence, RedisServer};
-use crate::support::{bounded, scrape, tripped};
+use crate::support::{bounded, exit_within, scrape, signal, tripped};
 use gapless_client::{ClientError, Refusal};
 use std::time::{Duration, Instant};
 
@@ -180,6 +181,52 @@ async fn emits_waiting_for_redis_are_capped_per_instance() {
             .emit_raw(&session, payload(0, 6))
             .await
             .expect("accepted once Redis answers");
+    })
+    .await;
+}
+
+/// Shutdown is not held up by Redis: with Redis paused (alive, not
+/// answering), an instance with open streams and an emit waiting for Redis
+/// exits within `--shutdown-grace` (plus the time to drop what is left)
+/// after SIGTERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shutdown_is_bounded_with_redis_down() {
+    bounded("shutdown with Redis down", async {
+        let redis = RedisServer::start(Persistence::None);
+        let flags = ["--shutdown-grace", "1", "--redis-timeout", "5"];
+        let (mut a, client) = instance(&redis, &flags).await;
+        let created = client.create_session().await.expect("create");
+        let session = created.session.clone();
+        client
+            .emit_raw(&session, payload(0, 0))
+            .await
+            .expect("emit");
+        let mut stream = client.open_sse(&session, None).await.expect("SSE");
+        Received::default()
+            .read_through(&mut stream, 1, created.epoch)
+            .await;
+        redis.pause(true);
+        let waiting = {
+            let (client, session) = (client.clone(), session.clone());
+            tokio::spawn(async move { client.emit_raw(&session, payload(0, 1)).await })
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while scrape(&client).await.value("gapless_emits_waiting", &[]) != Some(1.0) {
+            assert!(Instant::now() < deadline, "the emit never waited");
+            tokio::time::sleep(Duration::from_millis(10)).await; // polling, bounded
+        }
+        let started = Instant::now();
+        signal(&a, "TERM");
+        let exit = exit_within(&mut a, Duration::from_secs(4), "SIGTERM with Redis paused").await;
+        assert!(exit.success(), "{exit:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "shutdown took {:?} with a 1 s grace",
+            started.elapsed()
+        );
+        redis.pause(false);
+        drop(stream);
+        let _ = waiting.await;
     })
     .await;
 }
