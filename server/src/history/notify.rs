@@ -1,0 +1,785 @@
+//! Append notifications (`serve --redis URL`): one pub/sub connection per
+//! instance telling every mirror on it "session X now ends at seq N".
+//!
+//! A mirror keeps its local ring equal to the session's Redis Stream. It
+//! used to follow the stream with a blocking `XREAD`, which holds a Redis
+//! connection for as long as it blocks: one connection per followed
+//! session, 200 connections for 200 live SSE streams. Instead, the append
+//! script ends with `PUBLISH gapless:appended "<session-id> <last-seq>"`
+//! ([`CHANNEL`], [`message`]), and each instance runs one [`Notifier`]: a
+//! single subscribed connection whose messages are fanned out to the
+//! sessions this instance follows ([`Notifier::follow`]). A mirror that
+//! learns its session grew reads the new events over the instance's
+//! ordinary multiplexed connection. Redis connections per instance are
+//! thus bounded (the multiplexed one plus this one), whatever the number
+//! of followed sessions.
+//!
+//! Pub/sub is at-most-once: a message published while the subscription is
+//! down (Redis restarting, a failover, a broken or silent connection) is
+//! lost, not queued. Hence the resync rule: every time the subscription is
+//! (re)established (SUBSCRIBE confirmed, including the first time), every
+//! followed session's [`Seen::resyncs`] goes up, meaning "announcements may
+//! have been missed: re-read from Redis". Together with "follow first, then
+//! read" this leaves no window: an append after the follower's read is
+//! either announced on a live subscription or falls in an outage that ends
+//! with a resync.
+//!
+//! A silent connection (Redis paused, a network partition without RST)
+//! never ends the message stream by itself, so the subscription is also
+//! checked with a `PING` every [`PING_EVERY`], answered within the
+//! timeout or treated as lost.
+//!
+//! The hot path is one parse and one map lookup per message: an
+//! announcement for a session nobody here follows is dropped; for a
+//! followed one, [`Seen::published`] is raised (never lowered) and its
+//! followers are woken only if it did rise.
+
+use crate::ids::SessionId;
+use futures_util::StreamExt;
+use redis::aio::{PubSubSink, PubSubStream};
+use std::collections::hash_map::{Entry, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
+
+/// The channel the append script announces on, and the only one the
+/// notifier subscribes to.
+pub(crate) const CHANNEL: &str = "gapless:appended";
+
+/// How often a live subscription is checked with a `PING`.
+const PING_EVERY: Duration = Duration::from_secs(1);
+
+/// The first wait before reconnecting after the subscription failed.
+const BACKOFF_MIN: Duration = Duration::from_millis(50);
+
+/// The longest wait between reconnection attempts (the wait doubles from
+/// [`BACKOFF_MIN`] up to this, and is reset once subscribed again).
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// The announcement of an append: `"<session-id> <last-seq>"`, the session
+/// ID as 32 lowercase hex digits and the last seq appended in decimal.
+#[cfg_attr(
+    not(test),
+    allow(dead_code, reason = "append.lua writes it; the tests read it back")
+)]
+pub(crate) fn message(id: &SessionId, last: u64) -> String {
+    format!("{id} {last}")
+}
+
+/// Parses what [`message`] writes, strictly: exactly 32 lowercase hex
+/// digits, one space, 1 to 20 ASCII decimal digits that fit a `u64` (no
+/// sign, no whitespace, nothing after). Anything else is `None`.
+fn parse(payload: &[u8]) -> Option<(SessionId, u64)> {
+    let text = std::str::from_utf8(payload).ok()?;
+    let (id, last) = text.split_once(' ')?;
+    // `u64::from_str` would also take a leading `+`.
+    if last.is_empty() || !last.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((id.parse().ok()?, last.parse().ok()?))
+}
+
+/// What a follower has been told about its session. Both counters only
+/// ever grow.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Seen {
+    /// The highest last seq announced for the session since it began to be
+    /// followed on this instance (0: none yet). Announcements of a lower
+    /// or equal seq change nothing.
+    pub(crate) published: u64,
+    /// How many times the subscription was (re)established while the
+    /// session was followed: each rise means announcements may have been
+    /// missed, and the follower re-reads the session from Redis.
+    pub(crate) resyncs: u64,
+}
+
+/// One pub/sub connection per instance, fanning out append announcements
+/// to the sessions followed here. Dropping it (the last [`Arc`]) stops its
+/// task and closes the connection; its followers' [`Followed::changed`]
+/// then returns `None`.
+pub(crate) struct Notifier {
+    /// The followed sessions, shared with the task and the [`Followed`]s.
+    shared: Arc<Shared>,
+    /// The task that holds the subscription: aborted on drop.
+    task: AbortHandle,
+}
+
+/// What the notifier's task and the followers share.
+struct Shared {
+    /// The sessions followed on this instance: an entry exists exactly as
+    /// long as at least one [`Followed`] of its session does (until the
+    /// notifier is dropped, which empties it).
+    sessions: Mutex<HashMap<SessionId, Watched>>,
+    /// Whether the subscription is established now (SUBSCRIBE confirmed,
+    /// no failure seen since).
+    subscribed: AtomicBool,
+}
+
+/// One followed session.
+struct Watched {
+    /// What its followers have been told; they hold its receivers.
+    sender: watch::Sender<Seen>,
+    /// How many [`Followed`] of the session exist: at least 1.
+    followers: usize,
+}
+
+impl Notifier {
+    /// Starts the notifier's task, which subscribes to [`CHANNEL`] on its
+    /// own connection from `client` and keeps it subscribed, each connect
+    /// (and SUBSCRIBE) attempt bounded by `timeout`, also the deadline of
+    /// its health-check `PING`s.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub(crate) fn start(client: redis::Client, timeout: Duration) -> Arc<Notifier> {
+        let shared = Arc::new(Shared {
+            sessions: Mutex::new(HashMap::new()),
+            subscribed: AtomicBool::new(false),
+        });
+        let task = tokio::spawn(run(Arc::clone(&shared), client, timeout)).abort_handle();
+        Arc::new(Notifier { shared, task })
+    }
+
+    /// Follows session `id`: announcements of its appends, and resyncs,
+    /// from now on. Follow first, then read the session from Redis, then
+    /// wait on [`Followed::changed`]: nothing appended after the read is
+    /// missed. Followers of one session share one entry.
+    pub(crate) fn follow(&self, id: SessionId) -> Followed {
+        let mut sessions = self.shared.lock();
+        let watched = sessions.entry(id).or_insert_with(|| Watched {
+            sender: watch::Sender::new(Seen::default()),
+            followers: 0,
+        });
+        watched.followers += 1;
+        let receiver = watched.sender.subscribe();
+        let resyncs = receiver.borrow().resyncs;
+        Followed {
+            id,
+            receiver,
+            resyncs,
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// How many sessions are followed on this instance.
+    #[cfg_attr(not(test), allow(dead_code, reason = "for tests and metrics"))]
+    pub(crate) fn followed(&self) -> usize {
+        self.shared.lock().len()
+    }
+
+    /// Whether the subscription is established now. While it is not,
+    /// announcements are lost; its return is a resync.
+    #[cfg_attr(not(test), allow(dead_code, reason = "for tests and metrics"))]
+    pub(crate) fn subscribed(&self) -> bool {
+        self.shared.subscribed.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Notifier {
+    fn drop(&mut self) {
+        // Dropping the task drops the connection; emptying the map drops
+        // the senders, so followers learn that nothing will come.
+        self.task.abort();
+        self.shared.subscribed.store(false, Ordering::Relaxed);
+        self.shared.lock().clear();
+    }
+}
+
+/// One follower of a session (from [`Notifier::follow`]); the session is
+/// no longer followed once all of its `Followed` are dropped.
+pub(crate) struct Followed {
+    /// The session followed.
+    id: SessionId,
+    /// What the notifier announced for it.
+    receiver: watch::Receiver<Seen>,
+    /// [`Seen::resyncs`] when this follower began or last reported a
+    /// [`Change::Resync`]: a higher one is a resync not yet reported.
+    resyncs: u64,
+    /// Where its entry lives (to remove it on the last drop).
+    shared: Arc<Shared>,
+}
+
+/// What [`Followed::changed`] reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Change {
+    /// The subscription was (re)established since the follower began or
+    /// last heard of one: announcements may have been missed, re-read the
+    /// session from Redis. `published` is the highest seq announced so
+    /// far.
+    Resync {
+        /// The highest last seq announced since following began.
+        published: u64,
+    },
+    /// The session now ends at this seq (or later): read past the ring if
+    /// it is behind.
+    Published(u64),
+}
+
+impl Followed {
+    /// The session followed.
+    #[cfg_attr(not(test), allow(dead_code, reason = "for tests and logs"))]
+    pub(crate) fn id(&self) -> SessionId {
+        self.id
+    }
+
+    /// What has been announced so far (a peek: [`changed`](Self::changed)
+    /// still reports it).
+    #[cfg_attr(not(test), allow(dead_code, reason = "for tests and metrics"))]
+    pub(crate) fn seen(&self) -> Seen {
+        *self.receiver.borrow()
+    }
+
+    /// Waits until something not yet reported is announced: a resync
+    /// (reported first, whatever else changed) or a higher published seq.
+    /// `None` once the notifier is dropped.
+    pub(crate) async fn changed(&mut self) -> Option<Change> {
+        self.receiver.changed().await.ok()?;
+        let seen = *self.receiver.borrow_and_update();
+        if seen.resyncs != self.resyncs {
+            self.resyncs = seen.resyncs;
+            return Some(Change::Resync {
+                published: seen.published,
+            });
+        }
+        Some(Change::Published(seen.published))
+    }
+}
+
+impl Drop for Followed {
+    fn drop(&mut self) {
+        let mut sessions = self.shared.lock();
+        if let Entry::Occupied(mut watched) = sessions.entry(self.id) {
+            watched.get_mut().followers -= 1;
+            if watched.get().followers == 0 {
+                watched.remove();
+            }
+        }
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, HashMap<SessionId, Watched>> {
+        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// One announcement: raises the session's published seq if it is
+    /// followed here and the seq is higher; anything else is dropped.
+    fn deliver(&self, payload: &[u8]) {
+        let Some((id, last)) = parse(payload) else {
+            tracing::debug!(
+                len = payload.len(),
+                "ignoring a malformed append announcement"
+            );
+            return;
+        };
+        if let Some(watched) = self.lock().get(&id) {
+            watched.sender.send_if_modified(|seen| {
+                let higher = last > seen.published;
+                if higher {
+                    seen.published = last;
+                }
+                higher
+            });
+        }
+    }
+
+    /// The subscription is (re)established: every follower re-reads.
+    fn resync(&self) {
+        self.subscribed.store(true, Ordering::Relaxed);
+        for watched in self.lock().values() {
+            watched.sender.send_modify(|seen| seen.resyncs += 1);
+        }
+    }
+}
+
+/// The notifier's task: subscribe, forward, and on any failure wait,
+/// resubscribe and resync, until aborted.
+async fn run(shared: Arc<Shared>, client: redis::Client, timeout: Duration) {
+    let mut backoff = BACKOFF_MIN;
+    let mut failures = 0u32;
+    loop {
+        match tokio::time::timeout(timeout, subscribe(&client)).await {
+            Ok(Ok((sink, stream))) => {
+                if failures > 0 {
+                    tracing::info!(failures, "append notifications resubscribed");
+                }
+                failures = 0;
+                backoff = BACKOFF_MIN;
+                shared.resync();
+                let cause = forward(&shared, sink, stream, timeout).await;
+                shared.subscribed.store(false, Ordering::Relaxed);
+                tracing::warn!(%cause, "append notifications lost; resubscribing");
+            }
+            Ok(Err(error)) => failures = failed(failures, &error),
+            Err(_) => failures = failed(failures, &format!("no answer within {timeout:?}")),
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+/// Logs a failed attempt to subscribe (the first of a run as a warning);
+/// the new count of failures in a row.
+fn failed(failures: u32, cause: &dyn std::fmt::Display) -> u32 {
+    if failures == 0 {
+        tracing::warn!(%cause, "cannot subscribe to append notifications; retrying");
+    } else {
+        tracing::debug!(%cause, failures, "cannot subscribe to append notifications");
+    }
+    failures.saturating_add(1)
+}
+
+/// A new connection subscribed to [`CHANNEL`] (SUBSCRIBE confirmed).
+async fn subscribe(client: &redis::Client) -> redis::RedisResult<(PubSubSink, PubSubStream)> {
+    let mut pubsub = client.get_async_pubsub().await?;
+    pubsub.subscribe(CHANNEL).await?;
+    Ok(pubsub.split())
+}
+
+/// Delivers the subscription's messages until it fails; why it did.
+async fn forward(
+    shared: &Shared,
+    mut sink: PubSubSink,
+    mut stream: PubSubStream,
+    timeout: Duration,
+) -> String {
+    let start = tokio::time::Instant::now() + PING_EVERY;
+    let mut ping = tokio::time::interval_at(start, PING_EVERY);
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            message = stream.next() => match message {
+                // Only CHANNEL is subscribed: no need to look at the
+                // channel name.
+                Some(message) => shared.deliver(message.get_payload_bytes()),
+                None => return "the connection closed".to_owned(),
+            },
+            _ = ping.tick() => {
+                // Messages keep queueing in the connection meanwhile.
+                match tokio::time::timeout(timeout, sink.ping::<redis::Value>()).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(error)) => return format!("PING failed: {error}"),
+                    Err(_) => return format!("no answer to PING within {timeout:?}"),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis::aio::MultiplexedConnection;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::process::{Child, Command, Stdio};
+    use std::time::Instant;
+
+    /// How long anything awaited in these tests may take.
+    const DEADLINE: Duration = Duration::from_secs(10);
+
+    /// The notifier's connect and PING deadline in these tests.
+    const TIMEOUT: Duration = Duration::from_millis(500);
+
+    /// A `redis-server` (Debian's package) on a free loopback port, memory
+    /// only, killed on drop.
+    struct RedisServer {
+        child: Option<Child>,
+        port: u16,
+    }
+
+    impl RedisServer {
+        fn start() -> Self {
+            // `--port 0` means "no TCP listener" to redis-server: take a
+            // free port from the OS, release it, retry if it was taken.
+            for _ in 0..5 {
+                let port = TcpListener::bind("127.0.0.1:0")
+                    .and_then(|listener| listener.local_addr())
+                    .expect("a free loopback port")
+                    .port();
+                let mut server = Self { child: None, port };
+                if server.spawn() {
+                    return server;
+                }
+            }
+            panic!("redis-server did not start on a free port in 5 tries");
+        }
+
+        /// Starts the process on `self.port`; whether it answered `PING`.
+        fn spawn(&mut self) -> bool {
+            let child = Command::new("redis-server")
+                .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .args(["--dir", &std::env::temp_dir().to_string_lossy()])
+                .args(["--logfile", ""])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|error| {
+                    panic!("cannot run redis-server ({error}): install Debian's redis-server")
+                });
+            self.child = Some(child);
+            let deadline = Instant::now() + DEADLINE;
+            while Instant::now() < deadline {
+                if let Some(Ok(Some(_))) = self.child.as_mut().map(Child::try_wait) {
+                    // Exited: most likely the port was taken meanwhile.
+                    self.child = None;
+                    return false;
+                }
+                if self.pings() {
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(20)); // polling, bounded
+            }
+            panic!("redis-server on port {} did not answer PING", self.port);
+        }
+
+        fn pings(&self) -> bool {
+            let Ok(mut tcp) = TcpStream::connect(("127.0.0.1", self.port)) else {
+                return false;
+            };
+            let _ = tcp.set_read_timeout(Some(Duration::from_millis(500)));
+            let mut reply = [0u8; 7];
+            tcp.write_all(b"PING\r\n").is_ok()
+                && tcp.read_exact(&mut reply).is_ok()
+                && &reply == b"+PONG\r\n"
+        }
+
+        fn kill(&mut self) {
+            if let Some(mut child) = self.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+
+        /// Kills it and starts it again on the same port (empty).
+        fn restart(&mut self) {
+            self.kill();
+            assert!(
+                self.spawn(),
+                "redis-server did not restart on {}",
+                self.port
+            );
+        }
+
+        /// SIGSTOP (`true`: connections accepted, nothing answered) or
+        /// SIGCONT.
+        fn pause(&self, pause: bool) {
+            let child = self.child.as_ref().expect("redis-server is running");
+            let signal = if pause { "-STOP" } else { "-CONT" };
+            let status = Command::new("kill")
+                .args([signal, &child.id().to_string()])
+                .status()
+                .expect("kill");
+            assert!(status.success(), "kill {signal}");
+        }
+
+        fn client(&self) -> redis::Client {
+            redis::Client::open(format!("redis://127.0.0.1:{}", self.port)).expect("a client")
+        }
+
+        /// A plain (not pub/sub) connection.
+        async fn connection(&self) -> MultiplexedConnection {
+            self.client()
+                .get_multiplexed_async_connection()
+                .await
+                .expect("a connection to redis-server")
+        }
+    }
+
+    impl Drop for RedisServer {
+        fn drop(&mut self) {
+            if let Some(child) = self.child.as_ref() {
+                // A stopped process dies on SIGKILL, but promptly this way.
+                let _ = Command::new("kill")
+                    .args(["-CONT", &child.id().to_string()])
+                    .status();
+            }
+            self.kill();
+        }
+    }
+
+    fn session(byte: u8) -> SessionId {
+        SessionId::from_bytes([byte; 16])
+    }
+
+    /// PUBLISHes `payload` on [`CHANNEL`]; how many subscribers got it.
+    async fn publish(con: &mut MultiplexedConnection, payload: impl AsRef<[u8]>) -> u64 {
+        redis::cmd("PUBLISH")
+            .arg(CHANNEL)
+            .arg(payload.as_ref())
+            .query_async(con)
+            .await
+            .expect("PUBLISH")
+    }
+
+    /// How many pub/sub connections redis-server has.
+    async fn pubsub_clients(con: &mut MultiplexedConnection) -> usize {
+        let list: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .arg("TYPE")
+            .arg("pubsub")
+            .query_async(con)
+            .await
+            .expect("CLIENT LIST");
+        list.lines().filter(|line| !line.trim().is_empty()).count()
+    }
+
+    /// Waits (up to [`DEADLINE`]) until what `followed` was told satisfies
+    /// `ok`; that.
+    async fn until(followed: &mut Followed, what: &str, ok: impl Fn(Seen) -> bool) -> Seen {
+        let wait = async {
+            loop {
+                let seen = followed.seen();
+                if ok(seen) {
+                    return seen;
+                }
+                followed.changed().await.expect("the notifier is running");
+            }
+        };
+        match tokio::time::timeout(DEADLINE, wait).await {
+            Ok(seen) => seen,
+            Err(_) => panic!("{what}: not within {DEADLINE:?} ({:?})", followed.seen()),
+        }
+    }
+
+    /// The next change `followed` reports (within [`DEADLINE`]).
+    async fn next_change(followed: &mut Followed) -> Change {
+        tokio::time::timeout(DEADLINE, followed.changed())
+            .await
+            .unwrap_or_else(|_| panic!("no change within {DEADLINE:?} ({:?})", followed.seen()))
+            .expect("the notifier is running")
+    }
+
+    /// Polls `ok` (up to [`DEADLINE`]).
+    async fn poll(what: &str, mut ok: impl AsyncFnMut() -> bool) {
+        let deadline = Instant::now() + DEADLINE;
+        while !ok().await {
+            assert!(Instant::now() < deadline, "{what}: not within {DEADLINE:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await; // polling, bounded
+        }
+    }
+
+    #[test]
+    fn messages_parse_back_and_garbage_is_refused() {
+        let id = session(0xab);
+        assert_eq!(parse(message(&id, 0).as_bytes()), Some((id, 0)));
+        assert_eq!(parse(message(&id, 42).as_bytes()), Some((id, 42)));
+        let max = message(&id, u64::MAX);
+        assert_eq!(parse(max.as_bytes()), Some((id, u64::MAX)));
+        let hex = id.to_string();
+        for garbage in [
+            String::new(),
+            "xyz".to_owned(),
+            " 5".to_owned(),
+            hex.clone(),
+            format!("{hex} "),
+            format!("{hex} notanumber"),
+            format!("{hex} +5"),
+            format!("{hex} -5"),
+            format!("{hex}  5"),
+            format!("{hex} 5 "),
+            format!("{hex} 5 6"),
+            format!("{hex}\t5"),
+            format!("{hex} 18446744073709551616"), // u64::MAX + 1
+            format!("{} 5", hex.to_uppercase()),
+            format!("{hex}0 5"),        // 33 hex digits
+            format!("{} 5", &hex[1..]), // 31
+        ] {
+            assert_eq!(parse(garbage.as_bytes()), None, "{garbage:?}");
+        }
+        assert_eq!(parse(b"\xff\xfe 5"), None);
+        let mut invalid = format!("{hex} 5").into_bytes();
+        invalid[3] = 0xc3;
+        assert_eq!(parse(&invalid), None);
+    }
+
+    /// Mutations: raising `published` unconditionally (`send_modify`)
+    /// leaves A at 4; creating an entry for an unfollowed session makes
+    /// `followed()` 3; a lenient parse of garbage is caught by the parse
+    /// test above.
+    #[tokio::test]
+    async fn announcements_reach_followers_of_their_session_only() {
+        let redis = RedisServer::start();
+        let notifier = Notifier::start(redis.client(), TIMEOUT);
+        let (a, b, c) = (session(0xa), session(0xb), session(0xc));
+        let mut followed_a = notifier.follow(a);
+        let mut followed_b = notifier.follow(b);
+        assert_eq!(followed_a.id(), a);
+        assert_eq!(notifier.followed(), 2);
+        let first = next_change(&mut followed_a).await;
+        assert_eq!(
+            first,
+            Change::Resync { published: 0 },
+            "subscribing resyncs"
+        );
+        assert!(notifier.subscribed());
+
+        let mut con = redis.connection().await;
+        assert_eq!(publish(&mut con, message(&a, 5)).await, 1, "one subscriber");
+        publish(&mut con, message(&a, 4)).await; // lower: ignored
+        let hex = a.to_string();
+        for garbage in [
+            "xyz".to_owned(),
+            format!("{hex} notanumber"),
+            String::new(),
+            format!("{hex}0 9"), // 33 hex digits
+            format!("{hex} +9"),
+        ] {
+            publish(&mut con, garbage).await;
+        }
+        // Unfollowed: dropped.
+        publish(&mut con, message(&c, 9)).await;
+        // Last: once B has it, the notifier has handled all of the above
+        // (one publisher, one subscriber: in order).
+        publish(&mut con, message(&b, 3)).await;
+
+        let seen_b = until(&mut followed_b, "B at 3", |seen| seen.published == 3).await;
+        assert_eq!(seen_b.published, 3);
+        let next = next_change(&mut followed_a).await;
+        assert_eq!(next, Change::Published(5), "A: the highest, not the latest");
+        assert_eq!(notifier.followed(), 2, "no entry for an unfollowed session");
+        let followed_c = notifier.follow(c);
+        assert_eq!(
+            followed_c.seen().published,
+            0,
+            "C's earlier message was dropped"
+        );
+    }
+
+    /// Mutation: no `Drop for Followed` (or not removing the entry at zero
+    /// followers) leaves `followed()` at 1 or 2.
+    #[tokio::test]
+    async fn the_last_follower_dropped_removes_the_entry() {
+        let redis = RedisServer::start();
+        let notifier = Notifier::start(redis.client(), TIMEOUT);
+        let (a, b) = (session(1), session(2));
+        let mut first = notifier.follow(a);
+        let mut second = notifier.follow(a);
+        let other = notifier.follow(b);
+        assert_eq!(notifier.followed(), 2, "two followers of A share an entry");
+        until(&mut first, "subscribed", |seen| seen.resyncs >= 1).await;
+
+        let mut con = redis.connection().await;
+        publish(&mut con, message(&a, 7)).await;
+        until(&mut first, "first at 7", |seen| seen.published == 7).await;
+        until(&mut second, "second at 7", |seen| seen.published == 7).await;
+
+        drop(first);
+        assert_eq!(notifier.followed(), 2, "A still has a follower");
+        drop(second);
+        assert_eq!(notifier.followed(), 1, "A is no longer followed");
+        drop(other);
+        assert_eq!(notifier.followed(), 0);
+        // Following again starts afresh.
+        let again = notifier.follow(a);
+        assert_eq!(again.seen().published, 0);
+        assert_eq!(notifier.followed(), 1);
+    }
+
+    /// Mutations: not bumping `resyncs` after a resubscription (or ending
+    /// the task when the stream ends instead of reconnecting) fails the
+    /// first wait; bumping before SUBSCRIBE is confirmed can let the
+    /// PUBLISH after it reach no subscriber.
+    #[tokio::test]
+    async fn a_restarted_redis_is_resubscribed_and_followers_resync() {
+        let mut redis = RedisServer::start();
+        let notifier = Notifier::start(redis.client(), TIMEOUT);
+        let a = session(0xa);
+        let mut followed = notifier.follow(a);
+        // The test's runtime has one thread: the notifier's task has not
+        // run yet, so its first subscription comes after the follow.
+        let first = next_change(&mut followed).await;
+        assert_eq!(first, Change::Resync { published: 0 });
+        let mut con = redis.connection().await;
+        publish(&mut con, message(&a, 5)).await;
+        assert_eq!(next_change(&mut followed).await, Change::Published(5));
+
+        redis.restart();
+        let change = next_change(&mut followed).await;
+        let resync = Change::Resync { published: 5 };
+        assert_eq!(change, resync, "published never goes down");
+        assert_eq!(followed.seen().resyncs, 2);
+        assert!(notifier.subscribed());
+
+        let mut con = redis.connection().await;
+        assert_eq!(publish(&mut con, message(&a, 8)).await, 1, "resubscribed");
+        assert_eq!(next_change(&mut followed).await, Change::Published(8));
+    }
+
+    /// Mutation: without the health-check PING, a paused Redis keeps the
+    /// connection open and silent, `subscribed()` stays true and no resync
+    /// follows the resume.
+    #[tokio::test]
+    async fn a_silent_connection_is_detected_by_ping() {
+        let redis = RedisServer::start();
+        let notifier = Notifier::start(redis.client(), TIMEOUT);
+        let a = session(0xa);
+        let mut followed = notifier.follow(a);
+        let before = until(&mut followed, "subscribed", |seen| seen.resyncs >= 1).await;
+
+        redis.pause(true);
+        poll("the lost subscription noticed", async || {
+            !notifier.subscribed()
+        })
+        .await;
+        redis.pause(false);
+        until(&mut followed, "resynced", |seen| {
+            seen.resyncs > before.resyncs
+        })
+        .await;
+        let mut con = redis.connection().await;
+        publish(&mut con, message(&a, 3)).await;
+        until(&mut followed, "A at 3", |seen| seen.published == 3).await;
+    }
+
+    /// Mutation: a pub/sub connection per followed session (or per
+    /// `follow`) makes the count 300.
+    #[tokio::test]
+    async fn many_followed_sessions_share_one_pubsub_connection() {
+        let redis = RedisServer::start();
+        let notifier = Notifier::start(redis.client(), TIMEOUT);
+        let mut followed: Vec<Followed> = (0..300u32)
+            .map(|n| {
+                let mut bytes = [0u8; 16];
+                bytes[..4].copy_from_slice(&n.to_be_bytes());
+                notifier.follow(SessionId::from_bytes(bytes))
+            })
+            .collect();
+        assert_eq!(notifier.followed(), 300);
+        for follower in &mut followed {
+            until(follower, "subscribed", |seen| seen.resyncs >= 1).await;
+        }
+        let mut con = redis.connection().await;
+        assert_eq!(pubsub_clients(&mut con).await, 1);
+        let last = followed[299].id();
+        assert_eq!(publish(&mut con, message(&last, 1)).await, 1);
+        until(&mut followed[299], "the last at 1", |seen| {
+            seen.published == 1
+        })
+        .await;
+    }
+
+    /// Mutation: a `Drop for Notifier` that does not abort the task leaves
+    /// the pub/sub connection open (and followers waiting forever).
+    #[tokio::test]
+    async fn dropping_the_notifier_closes_its_connection() {
+        let redis = RedisServer::start();
+        let notifier = Notifier::start(redis.client(), TIMEOUT);
+        let mut followed = notifier.follow(session(0xa));
+        until(&mut followed, "subscribed", |seen| seen.resyncs >= 1).await;
+        let mut con = redis.connection().await;
+        assert_eq!(pubsub_clients(&mut con).await, 1);
+
+        drop(notifier);
+        let changed = tokio::time::timeout(DEADLINE, followed.changed()).await;
+        assert_eq!(changed.expect("woken"), None, "followers learn it stopped");
+        poll("the pub/sub connection closed", async || {
+            pubsub_clients(&mut con).await == 0
+        })
+        .await;
+        drop(followed); // its entry is already gone: nothing to remove
+    }
+}
