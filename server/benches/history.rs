@@ -47,8 +47,8 @@ async fn server(redis: Option<&RedisServer>) -> (RunningServer, Client) {
         redis: redis.map(|redis| HistoryConfig {
             url: redis.url(),
             timeout: Duration::from_secs(5),
-            lease_ttl: Duration::from_secs(30),
             retention: 4096,
+            retention_bytes: 4 << 20,
             idle: Duration::from_secs(600),
         }),
         ..ServerConfig::default()

@@ -220,11 +220,16 @@ fn plan(
     );
     match redis {
         Some(url) => {
-            match runtime.block_on(probe_redis(url, workload.payload, sizing.ring_events)) {
+            match runtime.block_on(probe_redis(
+                url,
+                workload.payload,
+                sizing.ring_events,
+                sizing.ring_bytes,
+            )) {
                 Ok(redis) => {
                     let per_session = redis.per_session() as f64;
                     println!(
-                        "redis           {} per session ({} entries kept by MAXLEN ~ {}: {}; meta and lease {}), {} for {} sessions; measured on Redis {}.{}.{}",
+                        "redis           {} per session ({} events retained of --ring-events {}: {}; meta and sizes {}), {} for {} sessions; measured on Redis {}.{}.{}",
                         human_bytes(per_session),
                         redis.retained,
                         sizing.ring_events,

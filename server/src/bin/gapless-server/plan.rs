@@ -152,12 +152,12 @@ pub fn probe(payload: usize, max_events: usize) -> Probe {
 /// Redis memory per session with `--redis`, measured on a real Redis.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RedisProbe {
-    /// Entries the scratch stream kept after `MAXLEN ~ ring_events`
-    /// trimming (at least `ring_events`, in whole radix-tree nodes).
+    /// Events the scratch session retained in the steady state: the ring's
+    /// events, or fewer when its bytes are the tighter limit.
     pub retained: u64,
-    /// `MEMORY USAGE` of that stream.
+    /// `MEMORY USAGE` of its stream.
     pub stream_bytes: u64,
-    /// `MEMORY USAGE` of a session's meta hash and lease key together.
+    /// `MEMORY USAGE` of its meta hash and its sizes list together.
     pub meta_bytes: u64,
     /// The Redis server's version.
     pub version: [u64; 3],
@@ -170,11 +170,16 @@ impl RedisProbe {
     }
 }
 
+/// The server's own append script, so the probe writes exactly as the
+/// server does (retention by events and bytes included).
+const APPEND: &str = include_str!("../../history/append.lua");
+
 /// Writes a scratch session to the Redis at `url` the way the server does
-/// (entries `0-<seq>` with field `d`, `MAXLEN ~ ring_events`; the meta
-/// hash; the lease), reads `MEMORY USAGE` of each, and deletes them. The
-/// stream gets `ring_events + 200` entries (at most 65,536, scaled up
-/// linearly beyond), so its trimming is in the steady state.
+/// (its meta hash, then batches of 64 events through the server's append
+/// script, which trims to `ring_events` and `ring_bytes`), until it is in
+/// the steady state, reads `MEMORY USAGE` of each key, and deletes them. At
+/// most 65,536 events are written: a larger retention is scaled up
+/// linearly from what they take.
 ///
 /// # Errors
 /// Redis cannot be reached or refuses a command.
@@ -182,57 +187,63 @@ pub async fn probe_redis(
     url: &str,
     payload: usize,
     ring_events: usize,
+    ring_bytes: usize,
 ) -> Result<RedisProbe, redis::RedisError> {
     let client = redis::Client::open(url)?;
     let mut connection = client.get_multiplexed_async_connection().await?;
     let tag: u64 = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
-    let (stream, meta, lease) = (
-        format!("gapless:{{plan-{tag:x}}}:s"),
-        format!("gapless:{{plan-{tag:x}}}:m"),
-        format!("gapless:{{plan-{tag:x}}}:l"),
+    // The hash tag is not a session ID: the probe never meets a server.
+    let id = format!("plan-{tag:x}");
+    let (stream, meta, sizes) = (
+        format!("gapless:{{{id}}}:s"),
+        format!("gapless:{{{id}}}:m"),
+        format!("gapless:{{{id}}}:z"),
     );
-    let written = (ring_events + 200).min(1 << 16);
-    let body = vec![b'x'; payload];
-    let mut seq = 0u64;
-    while (seq as usize) < written {
-        let mut pipe = redis::pipe();
-        for _ in 0..1000.min(written - seq as usize) {
-            seq += 1;
-            pipe.cmd("XADD")
-                .arg(&stream)
-                .arg("MAXLEN")
-                .arg("~")
-                .arg(ring_events)
-                .arg(format!("0-{seq}"))
-                .arg("d")
-                .arg(&body)
-                .ignore();
-        }
-        pipe.query_async::<()>(&mut connection).await?;
-    }
     redis::cmd("HSET")
         .arg(&meta)
         .arg(&[
             "epoch",
             "0123456789abcdef",
             "published",
-            "4096",
+            "0",
+            "bytes",
+            "0",
             "acked",
-            "4000",
+            "0",
             "sent",
-            "4096",
+            "0",
         ])
         .query_async::<()>(&mut connection)
         .await?;
-    redis::cmd("SET")
-        .arg(&lease)
-        .arg("0123456789abcdef0123456789abcdef")
-        .arg("PX")
-        .arg(60_000)
-        .query_async::<()>(&mut connection)
-        .await?;
+    let retention = ring_events.min((ring_bytes / payload.max(1)).max(1));
+    let written = (retention + 64).min(1 << 16);
+    let body = vec![b'x'; payload];
+    let script = redis::Script::new(APPEND);
+    let mut appended = 0;
+    while appended < written {
+        let batch = 64.min(written - appended);
+        let mut invocation = script.prepare_invoke();
+        // As an instance that has seen every append: no epoch change.
+        invocation
+            .key(&meta)
+            .key(&stream)
+            .key(&sizes)
+            .arg(&id)
+            .arg(ring_events)
+            .arg(ring_bytes)
+            .arg(600_000)
+            .arg("1")
+            .arg("0123456789abcdef")
+            .arg(appended)
+            .arg("fedcba9876543210");
+        for _ in 0..batch {
+            invocation.arg(&body);
+        }
+        invocation.invoke_async::<redis::Value>(&mut connection).await?;
+        appended += batch;
+    }
     let usage = |key: &str| {
         redis::cmd("MEMORY")
             .arg("USAGE")
@@ -246,8 +257,8 @@ pub async fn probe_redis(
         .query_async(&mut connection)
         .await?;
     let mut stream_bytes: u64 = usage(&stream).query_async(&mut connection).await?;
-    let meta_bytes: u64 = usage(&meta).query_async::<u64>(&mut connection).await?
-        + usage(&lease).query_async::<u64>(&mut connection).await?;
+    let mut meta_bytes: u64 = usage(&meta).query_async::<u64>(&mut connection).await?
+        + usage(&sizes).query_async::<u64>(&mut connection).await?;
     let info: String = redis::cmd("INFO")
         .arg("server")
         .query_async(&mut connection)
@@ -255,16 +266,16 @@ pub async fn probe_redis(
     redis::cmd("DEL")
         .arg(&stream)
         .arg(&meta)
-        .arg(&lease)
+        .arg(&sizes)
         .query_async::<()>(&mut connection)
         .await?;
     let mut retained_in_steady_state = retained;
-    if ring_events + 200 > written {
-        // Scaled: the same bytes per entry over the retention a full-size
-        // stream would keep.
-        let per_entry = stream_bytes as f64 / retained.max(1) as f64;
-        retained_in_steady_state = (ring_events as u64).max(retained);
-        stream_bytes = (per_entry * retained_in_steady_state as f64) as u64;
+    if (retention as u64) > retained {
+        // Scaled: the same bytes per entry over the full retention.
+        let scale = retention as f64 / retained.max(1) as f64;
+        retained_in_steady_state = retention as u64;
+        stream_bytes = (stream_bytes as f64 * scale) as u64;
+        meta_bytes = (meta_bytes as f64 * scale) as u64;
     }
     let version = info
         .lines()
