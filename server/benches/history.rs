@@ -4,11 +4,13 @@
 //!
 //! # What runs
 //!
-//! Two servers in this process on loopback, identical but for the history:
-//! `in_process` (the default: the ring is the whole history) and `redis`
+//! Servers in this process on loopback, identical but for the history:
+//! `in_process` (the default: the ring is the whole history), `redis`
 //! (`ServerConfig::redis`: every emit is appended to a Redis Stream by a
-//! Lua script before its `202`; the owner batches up to 64 waiting emits
-//! per script call). Redis is a real `redis-server` (Debian's package)
+//! Lua script before its `202`, which gives it its seq; an instance batches
+//! up to 64 waiting emits of a session per script call), and
+//! `redis_round_robin`: two such instances sharing the Redis, each emitter
+//! alternating between them as a round-robin balancer would. Redis is a real `redis-server` (Debian's package)
 //! started by the bench on a free loopback port, memory only
 //! (`--appendonly no`): the figures are the protocol's cost, not a disk's.
 //!
@@ -18,7 +20,7 @@
 //! Scenarios: `N = 1, E = 1` (one session, one client: pure latency);
 //! `N = 64, E = 64` (many sessions, one emitter each: the shared
 //! connection to Redis pipelines their scripts); `N = 1, E = 16` (one
-//! session, concurrent emitters: the owner's group commit batches them).
+//! session, concurrent emitters: group commit batches them per instance).
 //! `Throughput::Elements` is `E × K`, so criterion prints emits/s.
 
 #[path = "../tests/redis/redis_server.rs"]
@@ -62,17 +64,20 @@ async fn server(redis: Option<&RedisServer>) -> (RunningServer, Client) {
     (server, client)
 }
 
-/// `emitters` tasks posting `K` emits each into `sessions` round robin.
-async fn emit_all(client: &Client, sessions: &[String], emitters: usize) -> Duration {
+/// `emitters` tasks posting `K` emits each into `sessions` round robin;
+/// emitter `e`'s `i`-th emit goes to instance `(e + i) % instances` (a
+/// round-robin balancer in front of them).
+async fn emit_all(clients: &[Client], sessions: &[String], emitters: usize) -> Duration {
     let started = Instant::now();
     let tasks: Vec<_> = (0..emitters)
         .map(|e| {
-            let client = client.clone();
+            let clients = clients.to_vec();
             let session = sessions[e % sessions.len()].clone();
             tokio::spawn(async move {
                 for i in 0..K {
                     let body =
                         format!(r#"{{"e":{e},"i":{i},"pad":"0123456789abcdef0123456789abcdef"}}"#);
+                    let client = &clients[(e + i) % clients.len()];
                     client.emit_raw(&session, body).await.expect("emit");
                 }
             })
@@ -89,11 +94,20 @@ fn history(c: &mut Criterion) {
     let redis = RedisServer::start(Persistence::None);
     let (in_process, client_in_process) = rt.block_on(server(None));
     let (with_redis, client_redis) = rt.block_on(server(Some(&redis)));
+    let (second, client_second) = rt.block_on(server(Some(&redis)));
+    let one_process = [client_in_process];
+    let one_instance = [client_redis.clone()];
+    let two_instances = [client_redis, client_second];
     let mut group = c.benchmark_group("emit");
     group.sample_size(20);
     for (sessions, emitters) in [(1usize, 1usize), (64, 64), (1, 16)] {
         group.throughput(Throughput::Elements((emitters * K) as u64));
-        for (name, client) in [("in_process", &client_in_process), ("redis", &client_redis)] {
+        for (name, clients) in [
+            ("in_process", &one_process[..]),
+            ("redis", &one_instance[..]),
+            ("redis_round_robin", &two_instances[..]),
+        ] {
+            let client = &clients[0];
             let ids: Vec<String> = rt.block_on(async {
                 let mut ids = Vec::new();
                 for _ in 0..sessions {
@@ -109,7 +123,7 @@ fn history(c: &mut Criterion) {
                         rt.block_on(async {
                             let mut total = Duration::ZERO;
                             for _ in 0..iters {
-                                total += emit_all(client, ids, emitters).await;
+                                total += emit_all(clients, ids, emitters).await;
                             }
                             total
                         })
@@ -122,6 +136,7 @@ fn history(c: &mut Criterion) {
     rt.block_on(async {
         in_process.shutdown().await;
         with_redis.shutdown().await;
+        second.shutdown().await;
     });
     drop(redis);
 }
