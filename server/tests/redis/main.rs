@@ -26,3 +26,4 @@ mod failover;
 mod redis_server;
 mod resume_anywhere;
 mod retention;
+mod tls;
