@@ -17,9 +17,14 @@
 //!   that can no longer catch up (Redis trimmed past it, or the history's
 //!   epoch changed) is *stale*: the caller drops it and loads the session
 //!   afresh.
+//! - **A new epoch**: each append tells Redis the ring's epoch and
+//!   `published`; a history that lost events continues the session under
+//!   a new epoch (see [`crate::history`]), and the batch is answered with
+//!   it. Such a batch is never written into the ring of the old epoch: the
+//!   replica is stale from then on.
 
 use crate::history::notify::{Change, Followed};
-use crate::history::{History, HistoryError, READ_BYTES};
+use crate::history::{History, HistoryError, Known, READ_BYTES};
 use crate::ids::SessionId;
 use bytes::Bytes;
 use gapless::Ring;
@@ -96,7 +101,8 @@ struct Queued {
     deadline: Instant,
     /// The instance-wide slot the emit holds while it waits.
     _slot: Option<OwnedSemaphorePermit>,
-    answer: oneshot::Sender<Result<u64, Arc<ReplicaError>>>,
+    /// The epoch and seq the emit was appended at.
+    answer: oneshot::Sender<Result<(u64, u64), Arc<ReplicaError>>>,
 }
 
 /// This instance's replica of one session.
@@ -114,6 +120,10 @@ pub(crate) struct Replica {
     draining: AtomicBool,
     /// Whether the follow task runs (at most one, for the replica's life).
     following: AtomicBool,
+    /// Set once the history continues the session under another epoch
+    /// than the ring's: nothing is mirrored any more, every catch-up is
+    /// [`ReplicaError::Stale`].
+    stale: AtomicBool,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -132,11 +142,14 @@ impl Replica {
             queue: Mutex::new(VecDeque::new()),
             draining: AtomicBool::new(false),
             following: AtomicBool::new(false),
+            stale: AtomicBool::new(false),
         }
     }
 
     /// Appends `payload` to the history, which gives it the session's next
-    /// seq; that seq, once Redis has it. The payload fits the ring (the
+    /// seq; the epoch and that seq, once Redis has it (the epoch is not the
+    /// ring's if the history continued the session under a new one: the
+    /// replica is then stale). The payload fits the ring (the
     /// caller checked). `slot` (the instance's bound on waiting emits) is
     /// held until the emit is appended or dropped. The emit is not appended
     /// after `deadline`, nor once its caller has stopped waiting.
@@ -151,7 +164,7 @@ impl Replica {
         payload: Bytes,
         deadline: Instant,
         slot: Option<OwnedSemaphorePermit>,
-    ) -> Result<u64, Arc<ReplicaError>> {
+    ) -> Result<(u64, u64), Arc<ReplicaError>> {
         let (answer, answered) = oneshot::channel();
         lock(&self.queue).push_back(Queued {
             payload,
@@ -209,10 +222,25 @@ impl Replica {
                 continue;
             }
             let payloads: Vec<Bytes> = batch.iter().map(|q| q.payload.clone()).collect();
-            match history.append(&self.id, &payloads).await {
-                Ok(first) => {
+            let known = Known {
+                epoch: self.ring.epoch(),
+                published: self.ring.published(),
+            };
+            match history.append(&self.id, known, &payloads).await {
+                Ok((epoch, first)) => {
                     for (seq, queued) in (first..).zip(batch) {
-                        let _ = queued.answer.send(Ok(seq));
+                        let _ = queued.answer.send(Ok((epoch, seq)));
+                    }
+                    if epoch != known.epoch {
+                        // The history continues the session under a new
+                        // epoch: this ring is of the old one.
+                        if !self.stale.swap(true, Ordering::AcqRel) {
+                            tracing::warn!(
+                                session = %self.id.tag(),
+                                "the history continues the session under a new epoch (Redis lost events or restarted); this copy is dropped"
+                            );
+                        }
+                        continue;
                     }
                     // Acknowledged: Redis has the batch. Local readers get
                     // it now, or from the next catch-up if this fails.
@@ -288,6 +316,12 @@ impl Replica {
     ) -> Result<(u64, u64), ReplicaError> {
         loop {
             let after = self.ring.published();
+            if self.stale.load(Ordering::Acquire) {
+                return Err(ReplicaError::Stale {
+                    needed: after + 1,
+                    found: None,
+                });
+            }
             let snapshot = history
                 .after(&self.id, after, READ_BYTES)
                 .await?
@@ -467,6 +501,15 @@ mod tests {
     }
 
     async fn emit(replica: &Arc<Replica>, history: &Arc<MemoryHistory>, n: u64) -> Option<u64> {
+        emit_at(replica, history, n).await.map(|(_, seq)| seq)
+    }
+
+    /// [`emit`], with the epoch the emit was appended under.
+    async fn emit_at(
+        replica: &Arc<Replica>,
+        history: &Arc<MemoryHistory>,
+        n: u64,
+    ) -> Option<(u64, u64)> {
         replica.emit(history, payload(n), later(), None).await.ok()
     }
 
@@ -729,5 +772,98 @@ mod tests {
             ring_events(&follower, 0),
             stored_events(&history, &follower)
         );
+    }
+    /// Redis restarted from a snapshot at seq 30 after acknowledging 50
+    /// (the fake's `restart_losing`): the next emits are not given seqs
+    /// 31.. again under the old epoch. The history continues the session
+    /// under a new epoch from seq 1; each emit is answered with it; the
+    /// ring of the old epoch is left as it was (never a new event at an old
+    /// seq, nor past the ring's end: 51.. under the old epoch) and is stale;
+    /// another instance's copy, whose ring is of the old epoch too, appends
+    /// under the new epoch without moving it again.
+    #[tokio::test]
+    async fn a_history_that_lost_events_continues_under_a_new_epoch() {
+        let history = Arc::new(MemoryHistory::new(1000, 1 << 20));
+        let replica = session(&history);
+        let other = elsewhere(&replica);
+        for n in 1..=50 {
+            assert_eq!(emit_at(&replica, &history, n).await, Some((EPOCH, n)));
+        }
+        other.refresh(history.as_ref()).await.expect("refresh");
+        let before = ring_events(&replica, 0);
+        history.restart_losing(&replica.id, 30);
+
+        let mut new_epoch = None;
+        for n in 1..=60 {
+            let (epoch, seq) = emit_at(&replica, &history, 100 + n)
+                .await
+                .expect("accepted");
+            assert_ne!(epoch, EPOCH, "seq {seq} reused under the old epoch");
+            assert_eq!(*new_epoch.get_or_insert(epoch), epoch, "one new epoch");
+            assert_eq!(seq, n, "the new epoch starts at seq 1");
+        }
+        let new_epoch = new_epoch.expect("emits");
+        assert_eq!(
+            ring_events(&replica, 0),
+            before,
+            "nothing of the new epoch in the old ring"
+        );
+        assert!(matches!(
+            replica.refresh(history.as_ref()).await,
+            Err(ReplicaError::Stale { .. })
+        ));
+        assert_eq!(
+            emit_at(&other, &history, 200).await,
+            Some((new_epoch, 61)),
+            "an instance that saw 50 under the old epoch does not move the new one"
+        );
+        let stored = history.get(&replica.id).expect("stored");
+        assert_eq!((stored.epoch, stored.published), (new_epoch, 61));
+        assert_eq!(stored.events.get(&31), Some(&payload(131)));
+    }
+
+    /// The loss is found without a restart too: a history behind what the
+    /// appending ring has seen under the same epoch (here with a Redis
+    /// that persists every write, so a restart alone would not count).
+    #[tokio::test]
+    async fn a_history_behind_the_ring_continues_under_a_new_epoch() {
+        let history = Arc::new(MemoryHistory::new(1000, 1 << 20).lossless());
+        let replica = session(&history);
+        for n in 1..=5 {
+            emit(&replica, &history, n).await.expect("accepted");
+        }
+        history.restart_losing(&replica.id, 3);
+        let (epoch, seq) = emit_at(&replica, &history, 6).await.expect("accepted");
+        assert_ne!(epoch, EPOCH);
+        assert_eq!(seq, 1);
+    }
+
+    /// A restart that may have lost events is found by the run id alone,
+    /// from an instance that has seen nothing (its ring is empty): a new
+    /// epoch, unless the history persists every write.
+    #[tokio::test]
+    async fn a_restart_moves_the_epoch_unless_the_history_is_lossless() {
+        for lossless in [false, true] {
+            let history = MemoryHistory::new(1000, 1 << 20);
+            let history = Arc::new(if lossless {
+                history.lossless()
+            } else {
+                history
+            });
+            let replica = session(&history);
+            for n in 1..=5 {
+                emit(&replica, &history, n).await.expect("accepted");
+            }
+            history.restart_losing(&replica.id, 5);
+            let fresh = elsewhere(&replica);
+            let (epoch, seq) = emit_at(&fresh, &history, 6).await.expect("accepted");
+            if lossless {
+                assert_eq!((epoch, seq), (EPOCH, 6), "nothing lost, seqs continue");
+                assert_eq!(emit_at(&replica, &history, 7).await, Some((EPOCH, 7)));
+            } else {
+                assert_ne!(epoch, EPOCH, "a restart that may have lost events");
+                assert_eq!(seq, 1);
+            }
+        }
     }
 }

@@ -37,9 +37,9 @@ pub(crate) async fn emit(
     // escapes untouched): one SSE data line, the same bytes on every transport.
     let compact = crate::json::minify(&bytes);
     let ring = entry.session.ring();
-    let seq = match (&state.history, &entry.replica) {
-        // Appended to the shared history first (which gives it its seq),
-        // then into the ring: the `202` means durable in Redis.
+    let (epoch, seq) = match (&state.history, &entry.replica) {
+        // Appended to the shared history first (which gives it its epoch
+        // and seq), then into the ring: the `202` means durable in Redis.
         (Some(history), Some(replica)) => {
             if compact.len() > ring.max_payload() {
                 return Err(ApiError::PayloadTooLarge {
@@ -53,18 +53,29 @@ pub(crate) async fn emit(
                 return Err(ApiError::HistoryUnavailable);
             };
             let deadline = tokio::time::Instant::now() + History::config(history.as_ref()).timeout;
-            replica
+            let (epoch, seq) = replica
                 .emit(history, Bytes::from(compact), deadline, Some(slot))
                 .await
-                .map_err(|error| replica_failed(&state, &entry.id, &error))?
+                .map_err(|error| replica_failed(&state, &entry.id, &error))?;
+            if epoch != entry.session.epoch() {
+                // Redis lost events and continues the session under a new
+                // epoch: this copy (unless another request already loaded
+                // the new one) ends, and its streams with it.
+                let current = state.sessions.get(&entry.id);
+                if current.is_some_and(|current| Arc::ptr_eq(&current, &entry)) {
+                    state.metrics.replicas_reloaded.inc();
+                    state.drop_local(&entry.id);
+                }
+            }
+            (epoch, seq)
         }
-        _ => ring.emit(&compact).map_err(too_large)?,
+        _ => (
+            entry.session.epoch(),
+            ring.emit(&compact).map_err(too_large)?,
+        ),
     };
     state.metrics.events_emitted.inc();
-    let id = EventId {
-        epoch: entry.session.epoch(),
-        seq,
-    };
+    let id = EventId { epoch, seq };
     Ok((StatusCode::ACCEPTED, Json(Emitted { id })))
 }
 

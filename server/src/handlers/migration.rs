@@ -13,7 +13,6 @@ use axum::extract::{Query, State};
 use axum::response::Response;
 use axum::Json;
 use gapless::session::{Refusal, Ticket};
-use gapless::EventId;
 use gapless_client::wire::UpgradeGrant;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -46,12 +45,7 @@ pub(crate) async fn upgrade(
         state.persist_cursors(&entry).await?;
         if let (Some(history), Ok(_)) = (&state.history, &begun) {
             history
-                .ticket_put(
-                    &id,
-                    &ticket.to_string(),
-                    cursor.seq,
-                    state.config.ticket_ttl,
-                )
+                .ticket_put(&id, &ticket.to_string(), cursor, state.config.ticket_ttl)
                 .await
                 .map_err(|error| state.history_failed(error))?;
         }
@@ -116,16 +110,12 @@ pub(crate) async fn websocket(
                 entry.session.cancel_upgrade(&ticket);
                 Err(Refusal::BadTicket)
             }
-            Some(cursor) if entry.session.pending_upgrade(now) != Some(ticket) => {
-                let cursor = EventId {
-                    epoch: entry.session.epoch(),
-                    seq: cursor,
-                };
-                entry
-                    .session
-                    .begin_upgrade(cursor, ticket, now)
-                    .and_then(|_| entry.session.complete_upgrade(&ticket, now))
-            }
+            // The cursor keeps its epoch: one of an epoch the session has
+            // left (Redis lost events since the grant) is `foreign_epoch`.
+            Some(cursor) if entry.session.pending_upgrade(now) != Some(ticket) => entry
+                .session
+                .begin_upgrade(cursor, ticket, now)
+                .and_then(|_| entry.session.complete_upgrade(&ticket, now)),
             Some(_) => entry.session.complete_upgrade(&ticket, now),
         },
     };

@@ -4,13 +4,15 @@
 //! with faults to inject: unreachable, and an append applied but answered
 //! as a failure (a Redis that ran the script after the caller's deadline).
 //! Each append announces the session's new last seq, as the script's
-//! `PUBLISH` does.
+//! `PUBLISH` does. A Redis restart that lost events can be simulated
+//! ([`MemoryHistory::restart_losing`]): the next append continues the
+//! session under a new epoch, as the script does.
 
-use super::{History, HistoryConfig, HistoryError, Snapshot};
+use super::{History, HistoryConfig, HistoryError, Known, Snapshot};
 use crate::ids::SessionId;
 use bytes::Bytes;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -24,6 +26,9 @@ pub(crate) struct Stored {
     pub(crate) sent: u64,
     /// Retained events by seq.
     pub(crate) events: BTreeMap<u64, Bytes>,
+    /// The run of the fake that created or last appended to the session
+    /// (`0`: unknown, as a meta hash without `inc`).
+    pub(crate) inc: u64,
 }
 
 /// Faults the next calls meet.
@@ -46,6 +51,10 @@ pub(crate) struct MemoryHistory {
     latency: Duration,
     /// The last seq of the latest append, of any session.
     announced: watch::Sender<u64>,
+    /// The fake's run (Redis's `run_id`): a restart changes it.
+    run: AtomicU64,
+    /// Whether a restart keeps every acknowledged event (AOF, fsync always).
+    lossless: bool,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -71,6 +80,28 @@ impl MemoryHistory {
             appends: AtomicUsize::new(0),
             latency: Duration::ZERO,
             announced: watch::channel(0).0,
+            run: AtomicU64::new(1),
+            lossless: false,
+        }
+    }
+
+    /// The same fake, telling appends that a restart loses nothing.
+    pub(crate) fn lossless(mut self) -> Self {
+        self.lossless = true;
+        self
+    }
+
+    /// A restart of the fake (a new run) that brought session `id` back as
+    /// it was at seq `kept` (a snapshot): the events after it, and its
+    /// cursors past it, are lost. Under the same epoch, `published` alone
+    /// would hand their seqs out again.
+    pub(crate) fn restart_losing(&self, id: &SessionId, kept: u64) {
+        self.run.fetch_add(1, Ordering::Relaxed);
+        if let Some(stored) = lock(&self.sessions).get_mut(id) {
+            stored.events.retain(|seq, _| *seq <= kept);
+            stored.published = stored.published.min(kept);
+            stored.acked = stored.acked.min(kept);
+            stored.sent = stored.sent.min(kept);
         }
     }
 
@@ -113,15 +144,34 @@ impl History for MemoryHistory {
         &self.config
     }
 
-    async fn append(&self, id: &SessionId, payloads: &[Bytes]) -> Result<u64, HistoryError> {
+    async fn append(
+        &self,
+        id: &SessionId,
+        known: Known,
+        payloads: &[Bytes],
+    ) -> Result<(u64, u64), HistoryError> {
         self.check_up()?;
         self.appends.fetch_add(1, Ordering::Relaxed);
         if !self.latency.is_zero() {
             tokio::time::sleep(self.latency).await;
         }
-        let (first, last) = {
+        let (epoch, first, last) = {
             let mut sessions = lock(&self.sessions);
             let stored = sessions.get_mut(id).ok_or(HistoryError::Gone)?;
+            // As the script: a restart that may have lost events, or a
+            // history behind the caller's ring, continues under a new epoch.
+            let run = self.run.load(Ordering::Relaxed);
+            let restarted = stored.inc != 0 && stored.inc != run;
+            if (restarted && !self.lossless)
+                || (stored.epoch == known.epoch && stored.published < known.published)
+            {
+                stored.epoch = stored.epoch.wrapping_mul(31).wrapping_add(run).max(1);
+                stored.events.clear();
+                stored.published = 0;
+                stored.acked = 0;
+                stored.sent = 0;
+            }
+            stored.inc = run;
             let first = stored.published + 1;
             for (seq, payload) in (first..).zip(payloads) {
                 stored.events.insert(seq, payload.clone());
@@ -135,14 +185,14 @@ impl History for MemoryHistory {
                     bytes -= dropped.len();
                 }
             }
-            (first, stored.published)
+            (stored.epoch, first, stored.published)
         };
         self.announced.send_replace(last);
         let mut faults = lock(&self.faults);
         if std::mem::take(&mut faults.land_then_fail) {
             return Err(HistoryError::Unavailable("applied, answered late".into()));
         }
-        Ok(first)
+        Ok((epoch, first))
     }
 
     async fn after(

@@ -10,8 +10,8 @@
 //! | --- | --- |
 //! | `gapless:{id}:s` | the events, entry ID `0-<seq>`, field `d` = payload |
 //! | `gapless:{id}:z` | a list: the payload length of each retained event, oldest first |
-//! | `gapless:{id}:m` | `epoch` (hex), `published` (the last seq appended), `bytes` (retained payload bytes), `acked`, `sent` (maxima, never lowered), `attach` (the attach generation), `pk` (the publish key, with `--publish-keys`) |
-//! | `gapless:{id}:t:<ticket>` | an upgrade ticket's cursor, until the ticket expires or is used |
+//! | `gapless:{id}:m` | `epoch` (hex), `published` (the last seq appended), `bytes` (retained payload bytes), `acked`, `sent` (maxima, never lowered), `attach` (the attach generation), `inc` (the `run_id` of the Redis that created or last appended to the session), `pk` (the publish key, with `--publish-keys`) |
+//! | `gapless:{id}:t:<ticket>` | an upgrade ticket's cursor (`<epoch>-<seq>`), until the ticket expires or is used |
 //!
 //! Every write is a Lua script (atomic, never rolled back). The append is
 //! the sequencer: it gives a batch the seqs after `published`, so two
@@ -22,6 +22,22 @@
 //! ([`notify`]) to bring its mirrors up to date. Redis itself clamps an
 //! evicted cursor silently (`XRANGE` just starts at the oldest entry): the
 //! gap check is ours, on the seqs returned.
+//!
+//! No seq is given to two events under one epoch, even when Redis loses
+//! acknowledged ones (a restart from an older snapshot, a failover to a
+//! replica that lagged): `published` would then hand their seqs out again.
+//! The append finds the loss — `inc` is not the `run_id` Redis reports now
+//! (`INFO server`) and Redis does not persist every write before answering
+//! (`appendonly yes` with `appendfsync always`, probed when an instance
+//! connects, and logged), or `published` is below what the appending
+//! instance's ring has seen under the same epoch — and continues the
+//! session under a new random epoch, from seq 1, with no events, its
+//! cursors reset and its transports superseded. The batch is answered with
+//! the new epoch; every instance drops its copy of the old epoch, and a
+//! client holding a cursor of it is answered `409 foreign_epoch`, never
+//! served other events under its seqs. Without such persistence, a session
+//! appended to after any Redis restart continues under a new epoch, lost
+//! events or not.
 //!
 //! Every call has its own deadline (`--redis-timeout`): an unreachable
 //! Redis is a [`HistoryError::Unavailable`] in bounded time, never a hang.
@@ -48,13 +64,19 @@ pub(crate) trait History: Send + Sync + 'static {
     /// How the history is reached and sized.
     fn config(&self) -> &HistoryConfig;
 
-    /// Appends `payloads` as the session's next seqs; the first of them.
-    /// Durable in the history (to its persistence settings) when `Ok`.
+    /// Appends `payloads` as the session's next seqs; the epoch they are
+    /// under and the first of them. Durable in the history (to its
+    /// persistence settings) when `Ok`. `known` is what the caller's ring
+    /// has seen: a history behind it under the same epoch, or one that
+    /// may have lost events since the last append (a restarted Redis that
+    /// does not persist every write), continues the session under a new
+    /// epoch from seq 1 (see the module docs), and the batch is its first.
     fn append(
         &self,
         id: &SessionId,
+        known: Known,
         payloads: &[Bytes],
-    ) -> impl Future<Output = Result<u64, HistoryError>> + Send;
+    ) -> impl Future<Output = Result<(u64, u64), HistoryError>> + Send;
 
     /// The session's meta and the events after seq `after` still retained
     /// (the first may be past `after + 1`: the caller checks), at most
@@ -66,6 +88,15 @@ pub(crate) trait History: Send + Sync + 'static {
         after: u64,
         max_bytes: usize,
     ) -> impl Future<Output = Result<Option<Snapshot>, HistoryError>> + Send;
+}
+
+/// What an appending instance's ring has seen of the session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Known {
+    /// The ring's epoch.
+    pub(crate) epoch: u64,
+    /// The last seq in the ring.
+    pub(crate) published: u64,
 }
 
 /// A session as the history holds it: its meta and a run of its events.

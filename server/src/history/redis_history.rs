@@ -3,12 +3,14 @@
 //! events from the [`notify`](super::notify) connection and read them
 //! here).
 
-use super::{Attach, History, HistoryConfig, HistoryError, Raised, Snapshot};
+use super::{Attach, History, HistoryConfig, HistoryError, Known, Raised, Snapshot};
 use crate::ids::{PublishKey, SessionId};
 use bytes::Bytes;
+use gapless::EventId;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, ErrorKind, RedisError, Script, Value};
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// Payload bytes read per call at most when a ring catches up with the
@@ -22,6 +24,10 @@ pub(crate) struct RedisHistory {
     connection: ConnectionManager,
     config: HistoryConfig,
     scripts: Scripts,
+    /// Whether Redis persists every write before answering (probed at
+    /// connect): then a restart alone does not move sessions to a new
+    /// epoch (see `append.lua`).
+    lossless: AtomicBool,
 }
 
 /// The Lua scripts, sent by SHA (`EVALSHA`) and loaded again on
@@ -84,9 +90,64 @@ impl RedisHistory {
                 raise: Script::new(include_str!("raise.lua")),
                 read: Script::new(include_str!("read.lua")),
             },
+            lossless: AtomicBool::new(false),
         };
         history.ping().await?;
+        history.probe_durability().await;
         Ok(history)
+    }
+
+    /// Whether this Redis can lose writes it acknowledged: not unless it
+    /// has `appendonly yes` and `appendfsync always` (`CONFIG GET`; a
+    /// managed Redis may refuse it: then it may). Logged once; appends
+    /// tell the script (see `append.lua`). Replication is not considered:
+    /// a replica promoted after a failover is found by its `run_id`.
+    async fn probe_durability(&self) {
+        let appendonly = self.config_get("appendonly").await;
+        let appendfsync = self.config_get("appendfsync").await;
+        let lossless =
+            appendonly.as_deref() == Some("yes") && appendfsync.as_deref() == Some("always");
+        self.lossless.store(lossless, Ordering::Relaxed);
+        if lossless {
+            tracing::info!(
+                "Redis persists every append before answering (appendonly yes, appendfsync always): a restart loses no acknowledged event"
+            );
+        } else {
+            let found = |setting: Option<String>| setting.unwrap_or_else(|| "unknown".into());
+            tracing::warn!(
+                appendonly = %found(appendonly),
+                appendfsync = %found(appendfsync),
+                "Redis can lose acknowledged events (it needs appendonly yes and appendfsync always): a session appended to after a Redis restart continues under a new epoch, and a client holding an earlier cursor is answered 409 foreign_epoch"
+            );
+        }
+        let mut connection = self.connection.clone();
+        let info = self
+            .call(
+                redis::cmd("INFO")
+                    .arg("server")
+                    .query_async::<String>(&mut connection),
+            )
+            .await
+            .unwrap_or_default();
+        if !info.lines().any(|line| line.starts_with("run_id:")) {
+            tracing::warn!(
+                "Redis shows no run_id (INFO server): a Redis restart that lost events is found only by an instance that had seen them"
+            );
+        }
+    }
+
+    /// A setting of Redis (`CONFIG GET`); `None` if refused or unknown.
+    async fn config_get(&self, name: &str) -> Option<String> {
+        let mut connection = self.connection.clone();
+        let answer = self
+            .call(
+                redis::cmd("CONFIG")
+                    .arg("GET")
+                    .arg(name)
+                    .query_async::<Vec<String>>(&mut connection),
+            )
+            .await;
+        answer.ok()?.into_iter().nth(1)
     }
 
     /// Runs one call under the deadline, typing its error.
@@ -263,19 +324,20 @@ impl RedisHistory {
     }
 
     /// Records upgrade `ticket` for `cursor` until `ttl`, so the WebSocket
-    /// handshake may reach any instance.
+    /// handshake may reach any instance. The cursor keeps its epoch: a
+    /// session that moved to a new epoch meanwhile refuses it.
     pub(crate) async fn ticket_put(
         &self,
         id: &SessionId,
         ticket: &str,
-        cursor: u64,
+        cursor: EventId,
         ttl: Duration,
     ) -> Result<(), HistoryError> {
         let mut connection = self.connection.clone();
         self.call(
             redis::cmd("SET")
                 .arg(Keys::ticket(id, ticket))
-                .arg(cursor)
+                .arg(cursor.to_string())
                 .arg("PX")
                 .arg(Self::ms(ttl))
                 .query_async::<()>(&mut connection),
@@ -290,7 +352,7 @@ impl RedisHistory {
         &self,
         id: &SessionId,
         ticket: &str,
-    ) -> Result<Option<u64>, HistoryError> {
+    ) -> Result<Option<EventId>, HistoryError> {
         let mut connection = self.connection.clone();
         let cursor: Option<String> = self
             .call(
@@ -299,7 +361,12 @@ impl RedisHistory {
                     .query_async(&mut connection),
             )
             .await?;
-        cursor.map(|text| parse_seq(&text)).transpose()
+        cursor
+            .map(|text| {
+                text.parse()
+                    .map_err(|_| HistoryError::Corrupt(format!("ticket cursor {text:?}")))
+            })
+            .transpose()
     }
 
     /// Whether upgrade `ticket` is still waiting for its handshake.
@@ -342,9 +409,15 @@ impl History for RedisHistory {
     }
 
     /// Appends `payloads` as the session's next seqs, trimming the session
-    /// to the ring's limits; the first seq. Durable in Redis (to its
-    /// persistence settings) when this returns `Ok`.
-    async fn append(&self, id: &SessionId, payloads: &[Bytes]) -> Result<u64, HistoryError> {
+    /// to the ring's limits; the epoch and the first seq. Durable in Redis
+    /// (to its persistence settings) when this returns `Ok`. Offers the
+    /// script a fresh epoch, taken if the session lost events.
+    async fn append(
+        &self,
+        id: &SessionId,
+        known: Known,
+        payloads: &[Bytes],
+    ) -> Result<(u64, u64), HistoryError> {
         let keys = Keys::of(id);
         let mut connection = self.connection.clone();
         let mut invocation = self.scripts.append.prepare_invoke();
@@ -355,12 +428,25 @@ impl History for RedisHistory {
             .arg(id.to_string())
             .arg(self.config.retention)
             .arg(self.config.retention_bytes)
-            .arg(Self::ms(self.config.idle));
+            .arg(Self::ms(self.config.idle))
+            .arg(if self.lossless.load(Ordering::Relaxed) {
+                "1"
+            } else {
+                "0"
+            })
+            .arg(format!("{:016x}", known.epoch))
+            .arg(known.published)
+            .arg(format!("{:016x}", fresh_epoch()));
         for payload in payloads {
             invocation.arg(payload.as_ref());
         }
-        let first: u64 = self.call(invocation.invoke_async(&mut connection)).await?;
-        Ok(first)
+        let (epoch, first): (String, u64) =
+            self.call(invocation.invoke_async(&mut connection)).await?;
+        let epoch = u64::from_str_radix(&epoch, 16)
+            .ok()
+            .filter(|epoch| *epoch != 0)
+            .ok_or_else(|| HistoryError::Corrupt(format!("epoch {epoch:?}")))?;
+        Ok((epoch, first))
     }
 
     /// The session's meta and the events after seq `after` still retained,
@@ -374,6 +460,26 @@ impl History for RedisHistory {
     ) -> Result<Option<Snapshot>, HistoryError> {
         self.read(id, after, max_bytes).await
     }
+}
+
+/// A fresh non-zero epoch: 64 bits of the OS random source (an epoch is
+/// not a secret, only unique: if the source fails, std's randomly keyed
+/// hasher over the clock).
+fn fresh_epoch() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let bits = match SessionId::random() {
+        Ok(id) => id.to_bytes()[..8]
+            .iter()
+            .fold(0, |bits, byte| bits << 8 | u64::from(*byte)),
+        Err(_) => {
+            let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+            if let Ok(now) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+                hasher.write_u128(now.as_nanos());
+            }
+            hasher.finish()
+        }
+    };
+    bits.max(1)
 }
 
 /// Types a Redis error: our scripts' refusals by their code, everything

@@ -1,11 +1,13 @@
 //! "Several instances": an instance killed mid-stream, emits round-robin
 //! through two instances (one of them paused), Redis killed and restarted,
-//! Redis paused mid-append.
+//! Redis paused mid-append, Redis back without events it acknowledged (an
+//! older snapshot, an older backup).
 
 use crate::cluster::{emit_retrying, instance, open_sse_retrying, payload, Received, RECOVERY};
 use crate::redis_server::{Persistence, RedisServer};
-use crate::support::{bounded, scrape, signal};
-use gapless_client::ClientError;
+use crate::support::{bounded, scrape, signal, IO};
+use gapless::EventId;
+use gapless_client::{Client, ClientError, Incoming, Refusal, SseStream};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -272,6 +274,277 @@ async fn an_append_that_timed_out_but_landed_is_caught_up_not_repeated() {
         let bodies: Vec<&String> = received.events.values().collect();
         let expected: Vec<String> = (0..5).map(|index| payload(0, index)).collect();
         assert_eq!(bodies, expected.iter().collect::<Vec<_>>());
+    })
+    .await;
+}
+
+/// Resumes with `cursor`, retrying while the answer is a `503` (the
+/// instance's connection to Redis recovering), until [`RECOVERY`].
+async fn resume_retrying(
+    client: &Client,
+    session: &str,
+    cursor: EventId,
+) -> Result<SseStream, ClientError> {
+    let deadline = Instant::now() + RECOVERY;
+    loop {
+        match client.open_sse(session, Some(cursor)).await {
+            Err(ClientError::Unavailable { .. }) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await; // Retry-After, bounded
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Emits `count` payloads of `emitter`, each through the next of
+/// `clients` in turn (retrying `503`s); every ID must be under one epoch
+/// other than `old_epoch`, seqs dense from 1. That epoch and the payloads
+/// by seq.
+async fn emit_under_a_new_epoch(
+    clients: &[&Client],
+    session: &str,
+    old_epoch: u64,
+    count: u64,
+) -> (u64, BTreeMap<u64, String>) {
+    let mut new_epoch = None;
+    let mut acked = BTreeMap::new();
+    for index in 0..count {
+        let body = payload(1, index);
+        let client = clients[index as usize % clients.len()];
+        let (id, _) = emit_retrying(client, session, &body).await;
+        assert_ne!(
+            id.epoch,
+            old_epoch,
+            "{}: seq {} handed out again under the old epoch",
+            client.base_url(),
+            id.seq
+        );
+        assert_eq!(
+            *new_epoch.get_or_insert(id.epoch),
+            id.epoch,
+            "one new epoch"
+        );
+        assert_eq!(id.seq, index + 1, "the new epoch starts at seq 1, dense");
+        acked.insert(id.seq, body);
+    }
+    (new_epoch.expect("emits"), acked)
+}
+
+/// A cursor of the old epoch is `409 foreign_epoch` naming the new one,
+/// never events.
+async fn assert_foreign_epoch(client: &Client, session: &str, cursor: EventId, epoch: u64) {
+    match resume_retrying(client, session, cursor).await {
+        Err(ClientError::Refused(Refusal::ForeignEpoch {
+            cursor: seq,
+            cursor_epoch,
+            epoch: now,
+        })) => assert_eq!((seq, cursor_epoch, now), (cursor.seq, cursor.epoch, epoch)),
+        other => panic!(
+            "{}: resume from {cursor} after the loss was {:?}",
+            client.base_url(),
+            other.map(|_| "a stream")
+        ),
+    }
+}
+
+/// Redis back from a snapshot older than what it acknowledged (`SAVE` at
+/// seq 30, 50 acknowledged, SIGKILL, restart: Redis is at 30 again). The
+/// next emits — through an instance started after the restart, which has
+/// seen nothing (Redis's `run_id` alone tells), and through the two that
+/// saw 50 — are not given seqs 31.. again under the old epoch: the session
+/// continues under a new epoch from seq 1. The reader's stream of the old
+/// epoch delivers nothing more; resuming with `E-50` or `E-40` on any
+/// instance is `409 foreign_epoch`; a reader from `NEW-0` gets every new
+/// event at the seq its `202` named. A session the snapshot holds with no
+/// event yet (20 acknowledged after it) continues under a new epoch too.
+/// An upgrade ticket granted (on B) for `E-40` before the first append is
+/// `foreign_epoch` on another instance (its cursor is not read as
+/// `NEW-40`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_back_from_an_older_snapshot_reuses_no_seq_under_the_old_epoch() {
+    bounded("older snapshot", async {
+        let mut redis = RedisServer::start(Persistence::None);
+        let (_a, client_a) = instance(&redis, &[]).await;
+        let (_b, client_b) = instance(&redis, &[]).await;
+        let created = client_a.create_session().await.expect("create on A");
+        let session = created.session.clone();
+        let old_epoch = created.epoch;
+        let early = client_b.create_session().await.expect("create on B");
+        for index in 0..50 {
+            if index == 30 {
+                assert_eq!(redis.cli(&["SAVE"]), "OK");
+            }
+            let client = if index % 2 == 0 { &client_a } else { &client_b };
+            let id = client
+                .emit_raw(&session, payload(0, index))
+                .await
+                .expect("emit");
+            assert_eq!((id.epoch, id.seq), (old_epoch, index + 1));
+            if index >= 30 {
+                let id = client
+                    .emit_raw(&early.session, payload(0, index))
+                    .await
+                    .expect("emit");
+                assert_eq!((id.epoch, id.seq), (early.epoch, index - 29));
+            }
+        }
+        let mut stream = client_b.open_sse(&session, None).await.expect("SSE on B");
+        let mut received = Received::default();
+        received.read_through(&mut stream, 50, old_epoch).await;
+
+        redis.restart();
+        let meta = format!("gapless:{{{session}}}:m");
+        assert_eq!(
+            redis.cli(&["HGET", &meta, "published"]),
+            "30",
+            "Redis is back at the snapshot"
+        );
+        let cursor = EventId {
+            epoch: old_epoch,
+            seq: 40,
+        };
+        let deadline = Instant::now() + RECOVERY;
+        let grant = loop {
+            match client_b.upgrade(&session, cursor).await {
+                Err(ClientError::Unavailable { .. }) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await; // Retry-After, bounded
+                }
+                other => break other.expect("an upgrade on B before the first append"),
+            }
+        };
+        let (_c, client_c) = instance(&redis, &[]).await;
+        let (new_epoch, acked) =
+            emit_under_a_new_epoch(&[&client_c, &client_a, &client_b], &session, old_epoch, 60)
+                .await;
+        emit_under_a_new_epoch(&[&client_c], &early.session, early.epoch, 5).await;
+
+        // It ended (or stays silent): no event of the new epoch under the old.
+        if let Ok(Ok(Incoming::Event(event))) = tokio::time::timeout(IO, stream.next_item()).await {
+            panic!("the stream of the old epoch delivered {}", event.id);
+        }
+        for client in [&client_a, &client_b, &client_c] {
+            for seq in [50, 40] {
+                let cursor = EventId {
+                    epoch: old_epoch,
+                    seq,
+                };
+                assert_foreign_epoch(client, &session, cursor, new_epoch).await;
+            }
+            let cursor = EventId {
+                epoch: new_epoch,
+                seq: 0,
+            };
+            let mut stream = resume_retrying(client, &session, cursor)
+                .await
+                .unwrap_or_else(|error| panic!("resume from {cursor}: {error}"));
+            let mut received = Received::default();
+            received.read_through(&mut stream, 60, new_epoch).await;
+            assert_eq!(received.events, acked, "{}", client.base_url());
+        }
+        match client_c.connect_ws(&grant).await {
+            Err(ClientError::Refused(Refusal::ForeignEpoch {
+                cursor: 40,
+                cursor_epoch,
+                epoch,
+            })) => assert_eq!((cursor_epoch, epoch), (old_epoch, new_epoch)),
+            other => panic!(
+                "the ticket of the old epoch on C: {:?}",
+                other.map(|_| "a WebSocket")
+            ),
+        }
+    })
+    .await;
+}
+
+/// Redis persisting every write (append-only file, `appendfsync always`)
+/// loses nothing in a restart: the epoch stays, seqs continue — through an
+/// instance started after the restart too — and a cursor of before the
+/// restart resumes with the events after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_persisting_every_write_keeps_the_epoch_across_a_restart() {
+    bounded("lossless restart", async {
+        let mut redis = RedisServer::start(Persistence::Always);
+        let (_a, client_a) = instance(&redis, &[]).await;
+        let created = client_a.create_session().await.expect("create on A");
+        let session = created.session.clone();
+        let epoch = created.epoch;
+        for index in 0..10 {
+            client_a
+                .emit_raw(&session, payload(0, index))
+                .await
+                .expect("emit");
+        }
+        let mut stream = client_a.open_sse(&session, None).await.expect("SSE on A");
+        Received::default()
+            .read_through(&mut stream, 10, epoch)
+            .await;
+        drop(stream);
+        redis.restart();
+        let (_c, client_c) = instance(&redis, &[]).await;
+        let (id, _) = emit_retrying(&client_c, &session, &payload(0, 10)).await;
+        assert_eq!(
+            (id.epoch, id.seq),
+            (epoch, 11),
+            "C: the same epoch, the next seq"
+        );
+        let (id, _) = emit_retrying(&client_a, &session, &payload(0, 11)).await;
+        assert_eq!(
+            (id.epoch, id.seq),
+            (epoch, 12),
+            "A: the same epoch, the next seq"
+        );
+        let cursor = EventId { epoch, seq: 10 };
+        let mut stream = resume_retrying(&client_a, &session, cursor)
+            .await
+            .expect("resume from before the restart");
+        let mut received = Received {
+            last: 10,
+            ..Received::default()
+        };
+        received.read_through(&mut stream, 12, epoch).await;
+        assert_eq!(
+            received.events.into_values().collect::<Vec<_>>(),
+            vec![payload(0, 10), payload(0, 11)]
+        );
+    })
+    .await;
+}
+
+/// A Redis that persists every write, restored from a backup taken at seq
+/// 30 after acknowledging 50 (a restart alone does not count there): the
+/// instance whose ring saw 50 finds Redis behind it, and the session
+/// continues under a new epoch from seq 1; `E-50` is `409 foreign_epoch`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_restored_from_an_older_backup_is_found_by_the_instance_that_saw_more() {
+    bounded("older backup", async {
+        let mut redis = RedisServer::start(Persistence::Always);
+        let (_a, client_a) = instance(&redis, &[]).await;
+        let created = client_a.create_session().await.expect("create on A");
+        let session = created.session.clone();
+        let old_epoch = created.epoch;
+        let mut backup = None;
+        for index in 0..50 {
+            if index == 30 {
+                backup = Some(redis.back_up());
+            }
+            client_a
+                .emit_raw(&session, payload(0, index))
+                .await
+                .expect("emit");
+        }
+        redis.restart_from(&backup.expect("a backup"));
+        let meta = format!("gapless:{{{session}}}:m");
+        assert_eq!(
+            redis.cli(&["HGET", &meta, "published"]),
+            "30",
+            "Redis is back at the backup"
+        );
+        let (new_epoch, _) = emit_under_a_new_epoch(&[&client_a], &session, old_epoch, 5).await;
+        let cursor = EventId {
+            epoch: old_epoch,
+            seq: 50,
+        };
+        assert_foreign_epoch(&client_a, &session, cursor, new_epoch).await;
     })
     .await;
 }

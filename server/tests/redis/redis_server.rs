@@ -1,12 +1,14 @@
 //! A real `redis-server` (Debian's package) for one test: started on a free
 //! loopback port in its own directory, stopped (SIGKILL) and removed on
 //! drop. It can be killed and restarted on the same port and directory
-//! (with an append-only file, what it acknowledged comes back), and paused
-//! (SIGSTOP: alive but not answering).
+//! (with an append-only file, what it acknowledged comes back; with none,
+//! what the last `SAVE` wrote), restarted from a copy of its files taken
+//! earlier (a backup restored: what it acknowledged since is lost), and
+//! paused (SIGSTOP: alive but not answering).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -16,7 +18,8 @@ const STARTUP: Duration = Duration::from_secs(10);
 /// How a test wants Redis to persist.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Persistence {
-    /// Memory only (`--save "" --appendonly no`).
+    /// Memory only (`--save "" --appendonly no`), but for the snapshot a
+    /// test takes (`SAVE`), which a restart loads.
     None,
     /// Every write fsynced to the append-only file before Redis answers
     /// (`--appendonly yes --appendfsync always`): survives a restart.
@@ -121,8 +124,27 @@ impl RedisServer {
         }
     }
 
+    /// Copies Redis's files aside (a backup taken now; with
+    /// [`Persistence::Always`] every write acknowledged so far is in it).
+    pub fn back_up(&self) -> PathBuf {
+        let backup = self.dir.with_extension("backup");
+        copy_dir(&self.dir, &backup);
+        backup
+    }
+
+    /// Kills Redis and starts it again from the files of `backup` (taken
+    /// by [`RedisServer::back_up`]): every write acknowledged since is lost.
+    pub fn restart_from(&mut self, backup: &Path) {
+        self.kill();
+        std::fs::remove_dir_all(&self.dir).expect("remove redis-server's files");
+        copy_dir(backup, &self.dir);
+        std::fs::remove_dir_all(backup).expect("remove the backup");
+        self.restart();
+    }
+
     /// Starts Redis again on the same port and directory (after `kill`):
-    /// with [`Persistence::Always`] it reloads every write it acknowledged.
+    /// with [`Persistence::Always`] it reloads every write it acknowledged,
+    /// with [`Persistence::None`] what the last `SAVE` wrote (`dump.rdb`).
     pub fn restart(&mut self) {
         self.kill();
         assert!(
@@ -166,6 +188,21 @@ impl Drop for RedisServer {
         }
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = std::fs::remove_dir_all(self.dir.with_extension("backup"));
+    }
+}
+
+/// Copies directory `from` (files and subdirectories) to `to`.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("a directory for the copy");
+    for entry in std::fs::read_dir(from).expect("redis-server's directory") {
+        let entry = entry.expect("a directory entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("a file type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy a file of redis-server");
+        }
     }
 }
 
