@@ -68,8 +68,15 @@ impl RedisHistory {
     /// # Errors
     /// A malformed URL or a Redis that does not answer `PING` in time.
     pub(crate) async fn connect(config: HistoryConfig) -> Result<Self, HistoryError> {
-        let client = Client::open(config.url.as_str())
-            .map_err(|e| HistoryError::Unavailable(format!("{}: {e}", config.url)))?;
+        let client = Client::open(config.url.as_str()).map_err(|e| {
+            // The crate's own words, with the URL (and so its credentials)
+            // never in them.
+            let redacted = config.redacted_url();
+            HistoryError::Unavailable(format!(
+                "{redacted}: {}",
+                e.to_string().replace(config.url.as_str(), &redacted)
+            ))
+        })?;
         // Our own deadline bounds every call; the manager's retries only
         // shorten the outage after Redis comes back.
         let manager = ConnectionManagerConfig::new()
@@ -92,7 +99,13 @@ impl RedisHistory {
             },
             lossless: AtomicBool::new(false),
         };
-        history.ping().await?;
+        history.ping().await.map_err(|error| match error {
+            // Name the Redis (never its credentials) in a startup failure.
+            HistoryError::Unavailable(cause) => {
+                HistoryError::Unavailable(format!("{}: {cause}", history.config.redacted_url()))
+            }
+            other => other,
+        })?;
         history.probe_durability().await;
         Ok(history)
     }

@@ -241,7 +241,9 @@ pub async fn probe_redis(
         for _ in 0..batch {
             invocation.arg(&body);
         }
-        invocation.invoke_async::<redis::Value>(&mut connection).await?;
+        invocation
+            .invoke_async::<redis::Value>(&mut connection)
+            .await?;
         appended += batch;
     }
     let usage = |key: &str| {
