@@ -11,7 +11,9 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, ErrorKind, RedisError, Script, Value};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::oneshot;
 
 /// Payload bytes read per call at most when a ring catches up with the
 /// history or a session is loaded (a page never has fewer than one event
@@ -28,6 +30,156 @@ pub(crate) struct RedisHistory {
     /// connect): then a restart alone does not move sessions to a new
     /// epoch (see `append.lua`).
     lossless: AtomicBool,
+    /// Appends waiting to go to Redis, several sessions per script call.
+    commits: Arc<Commits>,
+}
+
+/// Sessions appended per script call at most (each with its batch of up
+/// to `APPEND_BATCH` emits).
+const SESSIONS_PER_CALL: usize = 64;
+
+/// One session's batch waiting for the next script call.
+struct Pending {
+    id: SessionId,
+    known: Known,
+    payloads: Vec<Bytes>,
+    answer: oneshot::Sender<Result<(u64, u64), HistoryError>>,
+}
+
+/// Group commit across sessions: batches of several sessions that wait at
+/// the same time go to Redis in one script call (one round trip, one
+/// script run), by whichever task flushes.
+#[derive(Default)]
+struct Commits {
+    /// Batches not yet sent, in arrival order.
+    waiting: std::sync::Mutex<Vec<Pending>>,
+    /// Whether a flushing task runs (at most one).
+    flushing: AtomicBool,
+}
+
+impl Commits {
+    fn queue(&self) -> std::sync::MutexGuard<'_, Vec<Pending>> {
+        self.waiting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Sends waiting batches, up to [`SESSIONS_PER_CALL`] per call, until
+    /// none wait.
+    async fn flush(
+        self: Arc<Self>,
+        connection: ConnectionManager,
+        script: Script,
+        config: HistoryConfig,
+        lossless: bool,
+    ) {
+        loop {
+            let calls: Vec<Pending> = {
+                let mut waiting = self.queue();
+                let n = waiting.len().min(SESSIONS_PER_CALL);
+                waiting.drain(..n).collect()
+            };
+            if calls.is_empty() {
+                self.flushing.store(false, Ordering::Release);
+                // A batch queued after the look above that saw `flushing`
+                // still set relies on this task: look again.
+                if self.queue().is_empty() || self.flushing.swap(true, Ordering::AcqRel) {
+                    return;
+                }
+                continue;
+            }
+            let answers = commit(&connection, &script, &config, lossless, &calls).await;
+            match answers {
+                Ok(answers) => {
+                    for (pending, answer) in calls.into_iter().zip(answers) {
+                        let _ = pending.answer.send(answer);
+                    }
+                }
+                Err(error) => {
+                    for pending in calls {
+                        let _ = pending.answer.send(Err(error.clone()));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One script call appending `calls`; each session's `(epoch, first)` or
+/// its own error.
+async fn commit(
+    connection: &ConnectionManager,
+    script: &Script,
+    config: &HistoryConfig,
+    lossless: bool,
+    calls: &[Pending],
+) -> Result<Vec<Result<(u64, u64), HistoryError>>, HistoryError> {
+    let mut connection = connection.clone();
+    let mut invocation = script.prepare_invoke();
+    invocation
+        .arg(config.retention)
+        .arg(config.retention_bytes)
+        .arg(RedisHistory::ms(config.idle))
+        .arg(if lossless { "1" } else { "0" });
+    for pending in calls {
+        let keys = Keys::of(&pending.id);
+        invocation
+            .key(&keys.meta)
+            .key(&keys.stream)
+            .key(&keys.sizes)
+            .arg(pending.id.to_string())
+            .arg(format!("{:016x}", pending.known.epoch))
+            .arg(pending.known.published)
+            .arg(format!("{:016x}", fresh_epoch()))
+            .arg(pending.payloads.len());
+        for payload in &pending.payloads {
+            invocation.arg(payload.as_ref());
+        }
+    }
+    let reply = match tokio::time::timeout(config.timeout, invocation.invoke_async(&mut connection))
+        .await
+    {
+        Ok(reply) => reply.map_err(typed)?,
+        Err(_) => {
+            return Err(HistoryError::Unavailable(format!(
+                "no answer within {:?}",
+                config.timeout
+            )))
+        }
+    };
+    let Value::Array(results) = reply else {
+        return Err(HistoryError::Corrupt(format!("append answered {reply:?}")));
+    };
+    if results.len() != calls.len() {
+        return Err(HistoryError::Corrupt(format!(
+            "append answered {} results for {} sessions",
+            results.len(),
+            calls.len()
+        )));
+    }
+    Ok(results.into_iter().map(appended).collect())
+}
+
+/// One session's result of the append script.
+fn appended(result: Value) -> Result<(u64, u64), HistoryError> {
+    let parts = match result {
+        Value::Array(parts) if parts.len() == 2 => parts,
+        other => {
+            return match text_of(other) {
+                Ok(text) if text == "GONE" => Err(HistoryError::Gone),
+                Ok(text) => Err(HistoryError::Corrupt(format!("append answered {text:?}"))),
+                Err(error) => Err(error),
+            }
+        }
+    };
+    let mut parts = parts.into_iter();
+    let epoch = text_of(parts.next().unwrap_or(Value::Nil))?;
+    let first = parse_seq(&text_of(parts.next().unwrap_or(Value::Nil))?)?;
+    let epoch = u64::from_str_radix(&epoch, 16)
+        .ok()
+        .filter(|epoch| *epoch != 0)
+        .ok_or_else(|| HistoryError::Corrupt(format!("epoch {epoch:?}")))?;
+    Ok((epoch, first))
 }
 
 /// The Lua scripts, sent by SHA (`EVALSHA`) and loaded again on
@@ -98,6 +250,7 @@ impl RedisHistory {
                 read: Script::new(include_str!("read.lua")),
             },
             lossless: AtomicBool::new(false),
+            commits: Arc::default(),
         };
         history.ping().await.map_err(|error| match error {
             // Name the Redis (never its credentials) in a startup failure.
@@ -431,35 +584,28 @@ impl History for RedisHistory {
         known: Known,
         payloads: &[Bytes],
     ) -> Result<(u64, u64), HistoryError> {
-        let keys = Keys::of(id);
-        let mut connection = self.connection.clone();
-        let mut invocation = self.scripts.append.prepare_invoke();
-        invocation
-            .key(&keys.meta)
-            .key(&keys.stream)
-            .key(&keys.sizes)
-            .arg(id.to_string())
-            .arg(self.config.retention)
-            .arg(self.config.retention_bytes)
-            .arg(Self::ms(self.config.idle))
-            .arg(if self.lossless.load(Ordering::Relaxed) {
-                "1"
-            } else {
-                "0"
-            })
-            .arg(format!("{:016x}", known.epoch))
-            .arg(known.published)
-            .arg(format!("{:016x}", fresh_epoch()));
-        for payload in payloads {
-            invocation.arg(payload.as_ref());
+        let (answer, answered) = oneshot::channel();
+        self.commits.queue().push(Pending {
+            id: *id,
+            known,
+            payloads: payloads.to_vec(),
+            answer,
+        });
+        if !self.commits.flushing.swap(true, Ordering::AcqRel) {
+            // A task of its own: the batches of other sessions ride on this
+            // call, and must not be cancelled with this caller.
+            tokio::spawn(Arc::clone(&self.commits).flush(
+                self.connection.clone(),
+                self.scripts.append.clone(),
+                self.config.clone(),
+                self.lossless.load(Ordering::Relaxed),
+            ));
         }
-        let (epoch, first): (String, u64) =
-            self.call(invocation.invoke_async(&mut connection)).await?;
-        let epoch = u64::from_str_radix(&epoch, 16)
-            .ok()
-            .filter(|epoch| *epoch != 0)
-            .ok_or_else(|| HistoryError::Corrupt(format!("epoch {epoch:?}")))?;
-        Ok((epoch, first))
+        answered.await.unwrap_or_else(|_| {
+            Err(HistoryError::Unavailable(
+                "the append was dropped unanswered".into(),
+            ))
+        })
     }
 
     /// The session's meta and the events after seq `after` still retained,

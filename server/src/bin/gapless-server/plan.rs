@@ -230,14 +230,15 @@ pub async fn probe_redis(
             .key(&meta)
             .key(&stream)
             .key(&sizes)
-            .arg(&id)
             .arg(ring_events)
             .arg(ring_bytes)
             .arg(600_000)
             .arg("1")
+            .arg(&id)
             .arg("0123456789abcdef")
             .arg(appended)
-            .arg("fedcba9876543210");
+            .arg("fedcba9876543210")
+            .arg(batch);
         for _ in 0..batch {
             invocation.arg(&body);
         }
