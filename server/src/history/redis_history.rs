@@ -46,15 +46,29 @@ struct Pending {
     answer: oneshot::Sender<Result<(u64, u64), HistoryError>>,
 }
 
+/// Script calls in flight at once per instance.
+const CALLS_IN_FLIGHT: usize = 4;
+
 /// Group commit across sessions: batches of several sessions that wait at
 /// the same time go to Redis in one script call (one round trip, one
-/// script run), by whichever task flushes.
-#[derive(Default)]
+/// script run), sent by one flushing task.
 struct Commits {
     /// Batches not yet sent, in arrival order.
     waiting: std::sync::Mutex<Vec<Pending>>,
     /// Whether a flushing task runs (at most one).
     flushing: AtomicBool,
+    /// Calls in flight: at most [`CALLS_IN_FLIGHT`].
+    in_flight: Arc<tokio::sync::Semaphore>,
+}
+
+impl Default for Commits {
+    fn default() -> Self {
+        Self {
+            waiting: std::sync::Mutex::default(),
+            flushing: AtomicBool::new(false),
+            in_flight: Arc::new(tokio::sync::Semaphore::new(CALLS_IN_FLIGHT)),
+        }
+    }
 }
 
 impl Commits {
@@ -64,8 +78,10 @@ impl Commits {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Sends waiting batches, up to [`SESSIONS_PER_CALL`] per call, until
-    /// none wait.
+    /// Sends waiting batches, up to [`SESSIONS_PER_CALL`] per call and
+    /// [`CALLS_IN_FLIGHT`] calls at a time, until none wait. While the calls
+    /// in flight are at the limit, batches accumulate, and the next call
+    /// carries all of them.
     async fn flush(
         self: Arc<Self>,
         connection: ConnectionManager,
@@ -74,12 +90,16 @@ impl Commits {
         lossless: bool,
     ) {
         loop {
+            let Ok(permit) = Arc::clone(&self.in_flight).acquire_owned().await else {
+                return;
+            };
             let calls: Vec<Pending> = {
                 let mut waiting = self.queue();
                 let n = waiting.len().min(SESSIONS_PER_CALL);
                 waiting.drain(..n).collect()
             };
             if calls.is_empty() {
+                drop(permit);
                 self.flushing.store(false, Ordering::Release);
                 // A batch queued after the look above that saw `flushing`
                 // still set relies on this task: look again.
@@ -88,19 +108,23 @@ impl Commits {
                 }
                 continue;
             }
-            let answers = commit(&connection, &script, &config, lossless, &calls).await;
-            match answers {
-                Ok(answers) => {
-                    for (pending, answer) in calls.into_iter().zip(answers) {
-                        let _ = pending.answer.send(answer);
+            let (connection, script, config) = (connection.clone(), script.clone(), config.clone());
+            tokio::spawn(async move {
+                let answers = commit(&connection, &script, &config, lossless, &calls).await;
+                drop(permit);
+                match answers {
+                    Ok(answers) => {
+                        for (pending, answer) in calls.into_iter().zip(answers) {
+                            let _ = pending.answer.send(answer);
+                        }
+                    }
+                    Err(error) => {
+                        for pending in calls {
+                            let _ = pending.answer.send(Err(error.clone()));
+                        }
                     }
                 }
-                Err(error) => {
-                    for pending in calls {
-                        let _ = pending.answer.send(Err(error.clone()));
-                    }
-                }
-            }
+            });
         }
     }
 }
