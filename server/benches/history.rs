@@ -51,6 +51,7 @@ async fn server(redis: Option<&RedisServer>) -> (RunningServer, Client) {
             timeout: Duration::from_secs(5),
             retention: 4096,
             retention_bytes: 4 << 20,
+            ca_file: None,
             idle: Duration::from_secs(600),
         }),
         ..ServerConfig::default()

@@ -182,6 +182,9 @@ impl ServerConfig {
         ];
         if let Some(redis) = &self.redis {
             timers.push(("--redis-timeout", redis.timeout, MIN_DURATION));
+            if redis.ca_file.is_some() && !redis.url.starts_with("rediss://") {
+                return Err(InvalidConfig::CaFileWithoutTls);
+            }
         }
         for (flag, value, min) in timers {
             if value < min {
@@ -325,6 +328,8 @@ pub enum InvalidConfig {
         /// What one session's ring costs.
         per_session: u64,
     },
+    /// `--redis-ca-file` with a Redis URL that is not `rediss://`.
+    CaFileWithoutTls,
     /// A share of the machine's memory outside 1 ..= 100 %.
     MemoryPercent {
         /// What was asked.
@@ -347,6 +352,9 @@ impl fmt::Display for InvalidConfig {
                 f,
                 "--memory-budget {budget} B holds no session: one ring costs {per_session} B"
             ),
+            Self::CaFileWithoutTls => {
+                f.write_str("--redis-ca-file needs a rediss:// (TLS) --redis URL")
+            }
             Self::MemoryPercent { percent } => {
                 write!(f, "--memory-budget {percent}%: expected 1% to 100%")
             }
@@ -373,6 +381,10 @@ pub struct HistoryConfig {
     /// A session's keys expire after this long without an append or a
     /// cursor update (the server's idle timeout).
     pub idle: Duration,
+    /// With `rediss://`: a PEM file of the CA certificates that vouch for
+    /// Redis's certificate, instead of the platform's roots (`None`: the
+    /// platform's, or `SSL_CERT_FILE`).
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 impl HistoryConfig {
@@ -392,6 +404,7 @@ impl fmt::Debug for HistoryConfig {
             .field("retention", &self.retention)
             .field("retention_bytes", &self.retention_bytes)
             .field("idle", &self.idle)
+            .field("ca_file", &self.ca_file)
             .finish()
     }
 }

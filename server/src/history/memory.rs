@@ -74,6 +74,7 @@ impl MemoryHistory {
                 retention,
                 retention_bytes,
                 idle: Duration::from_secs(600),
+                ca_file: None,
             },
             sessions: Mutex::new(HashMap::new()),
             faults: Mutex::new(Faults::default()),

@@ -244,15 +244,31 @@ impl RedisHistory {
     /// # Errors
     /// A malformed URL or a Redis that does not answer `PING` in time.
     pub(crate) async fn connect(config: HistoryConfig) -> Result<Self, HistoryError> {
-        let client = Client::open(config.url.as_str()).map_err(|e| {
-            // The crate's own words, with the URL (and so its credentials)
-            // never in them.
-            let redacted = config.redacted_url();
+        let redacted = config.redacted_url();
+        // The crate's own words, with the URL (and so its credentials)
+        // never in them.
+        let not_a_url = |e: RedisError| {
             HistoryError::Unavailable(format!(
                 "{redacted}: {}",
                 e.to_string().replace(config.url.as_str(), &redacted)
             ))
-        })?;
+        };
+        let client = match &config.ca_file {
+            None => Client::open(config.url.as_str()).map_err(not_a_url)?,
+            Some(path) => {
+                let root_cert = std::fs::read(path).map_err(|error| {
+                    HistoryError::Unavailable(format!(
+                        "{redacted}: --redis-ca-file {}: {error}",
+                        path.display()
+                    ))
+                })?;
+                let certificates = redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(root_cert),
+                };
+                Client::build_with_tls(config.url.as_str(), certificates).map_err(not_a_url)?
+            }
+        };
         // Our own deadline bounds every call; the manager's retries only
         // shorten the outage after Redis comes back.
         let manager = ConnectionManagerConfig::new()

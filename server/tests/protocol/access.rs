@@ -414,6 +414,15 @@ fn flags_that_could_panic_the_server_are_refused_at_startup() {
             "--max-sessions-per-client",
         ),
         (&["--trusted-proxy", "10.0.0.1/8"][..], "--trusted-proxy"),
+        (
+            &[
+                "--redis",
+                "redis://127.0.0.1:1",
+                "--redis-ca-file",
+                "/nonexistent/ca.pem",
+            ][..],
+            "--redis-ca-file",
+        ),
     ] {
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gapless-server"))
             .args(["serve", "--addr", "127.0.0.1:0"])

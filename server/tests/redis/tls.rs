@@ -161,11 +161,12 @@ impl TlsRedis {
 /// `gapless-server serve --redis URL --redis-timeout 1`, with `SSL_CERT_FILE`
 /// set to `trusted` when given (and never the caller's own `SSL_CERT_FILE`
 /// or `SSL_CERT_DIR`); its stderr goes to `stderr`.
-fn spawn(url: &str, trusted: Option<&Path>, stderr: &Path) -> ChildGuard {
+fn spawn(url: &str, trusted: Option<&Path>, extra: &[&str], stderr: &Path) -> ChildGuard {
     let mut command = Command::new(env!("CARGO_BIN_EXE_gapless-server"));
     command
         .args(["serve", "--addr", "127.0.0.1:0", "--redis", url])
         .args(["--redis-timeout", "1"])
+        .args(extra)
         .env_remove("SSL_CERT_FILE")
         .env_remove("SSL_CERT_DIR")
         .stdin(Stdio::null())
@@ -179,8 +180,13 @@ fn spawn(url: &str, trusted: Option<&Path>, stderr: &Path) -> ChildGuard {
 
 /// An instance that must start: its client, or a panic with what it
 /// printed when it exits instead.
-async fn serve(url: &str, trusted: Option<&Path>, stderr: &Path) -> (ChildGuard, Client) {
-    let mut child = spawn(url, trusted, stderr);
+async fn serve(
+    url: &str,
+    trusted: Option<&Path>,
+    extra: &[&str],
+    stderr: &Path,
+) -> (ChildGuard, Client) {
+    let mut child = spawn(url, trusted, extra, stderr);
     let stdout = child.0.stdout.take().expect("piped stdout");
     let line = tokio::time::timeout(
         IO,
@@ -208,8 +214,8 @@ async fn serve(url: &str, trusted: Option<&Path>, stderr: &Path) -> (ChildGuard,
 
 /// An instance that must not start: it exits with status 1 within
 /// [`REFUSAL`], having printed no `listening on`; what it wrote on stderr.
-async fn refused(url: &str, trusted: Option<&Path>, stderr: &Path) -> String {
-    let mut child = spawn(url, trusted, stderr);
+async fn refused(url: &str, trusted: Option<&Path>, extra: &[&str], stderr: &Path) -> String {
+    let mut child = spawn(url, trusted, extra, stderr);
     let exit = exit_within(&mut child, REFUSAL, url).await;
     let mut stdout = String::new();
     let _ = std::io::Read::read_to_string(
@@ -223,7 +229,7 @@ async fn refused(url: &str, trusted: Option<&Path>, stderr: &Path) -> String {
 }
 
 /// Two instances over a Redis reachable only by TLS, its CA trusted
-/// through `SSL_CERT_FILE`: a session created on A and fed there is read
+/// through `SSL_CERT_FILE` on A and `--redis-ca-file` on B: a session created on A and fed there is read
 /// from B over SSE, first from Redis (B's multiplexed connection), then
 /// live (B learns of A's appends on its pub/sub connection, TLS too).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -233,8 +239,10 @@ async fn sessions_go_through_a_redis_reached_over_tls() {
         let redis = TlsRedis::start(&certificates);
         let url = format!("rediss://127.0.0.1:{}", redis.port);
         let ca = certificates.path("ca.pem");
-        let (_a, client_a) = serve(&url, Some(&ca), &certificates.path("a.stderr")).await;
-        let (_b, client_b) = serve(&url, Some(&ca), &certificates.path("b.stderr")).await;
+        let (_a, client_a) = serve(&url, Some(&ca), &[], &certificates.path("a.stderr")).await;
+        // B trusts the CA by the flag instead (the platform roots otherwise).
+        let ca_flag = ["--redis-ca-file", ca.to_str().expect("a UTF-8 path")];
+        let (_b, client_b) = serve(&url, None, &ca_flag, &certificates.path("b.stderr")).await;
         let created = client_a.create_session().await.expect("create on A");
         let (session, epoch) = (created.session.clone(), created.epoch);
         for index in 0..3 {
@@ -284,29 +292,41 @@ async fn a_redis_over_tls_is_refused_at_startup_unless_verified() {
         let ca = certificates.path("ca.pem");
         let missing = certificates.path("missing.pem");
         let rediss = format!("rediss://127.0.0.1:{port}");
-        let cases: [(String, Option<&Path>, &str); 5] = [
+        let other_flag = ["--redis-ca-file", other_ca.to_str().expect("a UTF-8 path")];
+        let missing_flag = ["--redis-ca-file", missing.to_str().expect("a UTF-8 path")];
+        let cases: [(String, Option<&Path>, &[&str], &str); 7] = [
             // The platform roots know nothing of the throwaway CA.
             (
                 rediss.clone(),
                 None,
+                &[],
                 "invalid peer certificate: UnknownIssuer",
             ),
             // Trusting a CA that did not sign it is no better.
             (
                 rediss.clone(),
                 Some(&other_ca),
+                &[],
+                "invalid peer certificate: UnknownIssuer",
+            ),
+            (
+                rediss.clone(),
+                None,
+                &other_flag,
                 "invalid peer certificate: UnknownIssuer",
             ),
             (
                 format!("{rediss}/#insecure"),
                 Some(&ca),
+                &[],
                 "Cannot create insecure client without tls-rustls-insecure feature",
             ),
-            (rediss.clone(), Some(&missing), "missing.pem"),
-            (format!("redis://127.0.0.1:{port}"), Some(&ca), ""),
+            (rediss.clone(), Some(&missing), &[], "missing.pem"),
+            (rediss.clone(), None, &missing_flag, "--redis-ca-file"),
+            (format!("redis://127.0.0.1:{port}"), Some(&ca), &[], ""),
         ];
-        for (url, trusted, cause) in cases {
-            let printed = refused(&url, trusted, &stderr).await;
+        for (url, trusted, extra, cause) in cases {
+            let printed = refused(&url, trusted, extra, &stderr).await;
             assert!(
                 printed.contains(&format!("history unavailable: {url}")),
                 "{url} with {trusted:?}: the URL is named: {printed}"

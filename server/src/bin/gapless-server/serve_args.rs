@@ -123,6 +123,10 @@ pub struct ServeArgs {
     /// history_unavailable at once.
     #[arg(long, env = "GAPLESS_MAX_QUEUED_EMITS", default_value_t = 10_000)]
     max_queued_emits: usize,
+    /// With a rediss:// URL: a PEM file of the CA certificates that vouch
+    /// for Redis's certificate, instead of the platform's roots.
+    #[arg(long, env = "GAPLESS_REDIS_CA_FILE")]
+    redis_ca_file: Option<std::path::PathBuf>,
     /// Seconds each Redis call may take before it counts as unavailable.
     #[arg(long, env = "GAPLESS_REDIS_TIMEOUT", default_value = "2", value_parser = seconds)]
     redis_timeout: Duration,
@@ -173,6 +177,7 @@ impl ServeArgs {
                 timeout: self.redis_timeout,
                 retention: self.ring_events,
                 retention_bytes: self.ring_bytes,
+                ca_file: self.redis_ca_file.clone(),
                 idle: self.idle_timeout,
             }),
             ..ServerConfig::default()

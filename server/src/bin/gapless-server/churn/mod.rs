@@ -544,6 +544,7 @@ pub async fn run(
             timeout: Duration::from_secs(2),
             retention: config.ring_events,
             retention_bytes: config.ring_bytes,
+            ca_file: None,
             idle: Duration::from_secs(600),
         }),
         ..ServerConfig::default()
