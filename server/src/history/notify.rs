@@ -368,13 +368,17 @@ async fn forward(
     }
 }
 
+/// The integration tests' `redis-server` launcher, for these unit tests.
+#[cfg(test)]
+#[allow(dead_code)]
+#[path = "../../tests/redis/redis_server.rs"]
+mod redis_server;
+
 #[cfg(test)]
 mod tests {
+    use super::redis_server::{Persistence, RedisServer};
     use super::*;
     use redis::aio::MultiplexedConnection;
-    use std::io::{Read, Write};
-    use std::net::{TcpListener, TcpStream};
-    use std::process::{Child, Command, Stdio};
     use std::time::Instant;
 
     /// How long anything awaited in these tests may take.
@@ -383,101 +387,16 @@ mod tests {
     /// The notifier's connect and PING deadline in these tests.
     const TIMEOUT: Duration = Duration::from_millis(500);
 
-    /// A `redis-server` (Debian's package) on a free loopback port, memory
-    /// only, killed on drop.
-    struct RedisServer {
-        child: Option<Child>,
-        port: u16,
+    /// A plain client and connection to the tests' `redis-server` (the
+    /// integration tests' own launcher, shared).
+    trait Connect {
+        fn client(&self) -> redis::Client;
+        async fn connection(&self) -> MultiplexedConnection;
     }
 
-    impl RedisServer {
-        fn start() -> Self {
-            // `--port 0` means "no TCP listener" to redis-server: take a
-            // free port from the OS, release it, retry if it was taken.
-            for _ in 0..5 {
-                let port = TcpListener::bind("127.0.0.1:0")
-                    .and_then(|listener| listener.local_addr())
-                    .expect("a free loopback port")
-                    .port();
-                let mut server = Self { child: None, port };
-                if server.spawn() {
-                    return server;
-                }
-            }
-            panic!("redis-server did not start on a free port in 5 tries");
-        }
-
-        /// Starts the process on `self.port`; whether it answered `PING`.
-        fn spawn(&mut self) -> bool {
-            let child = Command::new("redis-server")
-                .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no"])
-                .args(["--dir", &std::env::temp_dir().to_string_lossy()])
-                .args(["--logfile", ""])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap_or_else(|error| {
-                    panic!("cannot run redis-server ({error}): install Debian's redis-server")
-                });
-            self.child = Some(child);
-            let deadline = Instant::now() + DEADLINE;
-            while Instant::now() < deadline {
-                if let Some(Ok(Some(_))) = self.child.as_mut().map(Child::try_wait) {
-                    // Exited: most likely the port was taken meanwhile.
-                    self.child = None;
-                    return false;
-                }
-                if self.pings() {
-                    return true;
-                }
-                std::thread::sleep(Duration::from_millis(20)); // polling, bounded
-            }
-            panic!("redis-server on port {} did not answer PING", self.port);
-        }
-
-        fn pings(&self) -> bool {
-            let Ok(mut tcp) = TcpStream::connect(("127.0.0.1", self.port)) else {
-                return false;
-            };
-            let _ = tcp.set_read_timeout(Some(Duration::from_millis(500)));
-            let mut reply = [0u8; 7];
-            tcp.write_all(b"PING\r\n").is_ok()
-                && tcp.read_exact(&mut reply).is_ok()
-                && &reply == b"+PONG\r\n"
-        }
-
-        fn kill(&mut self) {
-            if let Some(mut child) = self.child.take() {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
-        }
-
-        /// Kills it and starts it again on the same port (empty).
-        fn restart(&mut self) {
-            self.kill();
-            assert!(
-                self.spawn(),
-                "redis-server did not restart on {}",
-                self.port
-            );
-        }
-
-        /// SIGSTOP (`true`: connections accepted, nothing answered) or
-        /// SIGCONT.
-        fn pause(&self, pause: bool) {
-            let child = self.child.as_ref().expect("redis-server is running");
-            let signal = if pause { "-STOP" } else { "-CONT" };
-            let status = Command::new("kill")
-                .args([signal, &child.id().to_string()])
-                .status()
-                .expect("kill");
-            assert!(status.success(), "kill {signal}");
-        }
-
+    impl Connect for RedisServer {
         fn client(&self) -> redis::Client {
-            redis::Client::open(format!("redis://127.0.0.1:{}", self.port)).expect("a client")
+            redis::Client::open(self.url()).expect("a client")
         }
 
         /// A plain (not pub/sub) connection.
@@ -486,18 +405,6 @@ mod tests {
                 .get_multiplexed_async_connection()
                 .await
                 .expect("a connection to redis-server")
-        }
-    }
-
-    impl Drop for RedisServer {
-        fn drop(&mut self) {
-            if let Some(child) = self.child.as_ref() {
-                // A stopped process dies on SIGKILL, but promptly this way.
-                let _ = Command::new("kill")
-                    .args(["-CONT", &child.id().to_string()])
-                    .status();
-            }
-            self.kill();
         }
     }
 
@@ -602,7 +509,7 @@ mod tests {
     /// test above.
     #[tokio::test]
     async fn announcements_reach_followers_of_their_session_only() {
-        let redis = RedisServer::start();
+        let redis = RedisServer::start(Persistence::None);
         let notifier = Notifier::start(redis.client(), TIMEOUT);
         let (a, b, c) = (session(0xa), session(0xb), session(0xc));
         let mut followed_a = notifier.follow(a);
@@ -653,7 +560,7 @@ mod tests {
     /// followers) leaves `followed()` at 1 or 2.
     #[tokio::test]
     async fn the_last_follower_dropped_removes_the_entry() {
-        let redis = RedisServer::start();
+        let redis = RedisServer::start(Persistence::None);
         let notifier = Notifier::start(redis.client(), TIMEOUT);
         let (a, b) = (session(1), session(2));
         let mut first = notifier.follow(a);
@@ -685,7 +592,7 @@ mod tests {
     /// PUBLISH after it reach no subscriber.
     #[tokio::test]
     async fn a_restarted_redis_is_resubscribed_and_followers_resync() {
-        let mut redis = RedisServer::start();
+        let mut redis = RedisServer::start(Persistence::None);
         let notifier = Notifier::start(redis.client(), TIMEOUT);
         let a = session(0xa);
         let mut followed = notifier.follow(a);
@@ -714,7 +621,7 @@ mod tests {
     /// follows the resume.
     #[tokio::test]
     async fn a_silent_connection_is_detected_by_ping() {
-        let redis = RedisServer::start();
+        let redis = RedisServer::start(Persistence::None);
         let notifier = Notifier::start(redis.client(), TIMEOUT);
         let a = session(0xa);
         let mut followed = notifier.follow(a);
@@ -739,7 +646,7 @@ mod tests {
     /// `follow`) makes the count 300.
     #[tokio::test]
     async fn many_followed_sessions_share_one_pubsub_connection() {
-        let redis = RedisServer::start();
+        let redis = RedisServer::start(Persistence::None);
         let notifier = Notifier::start(redis.client(), TIMEOUT);
         let mut followed: Vec<Followed> = (0..300u32)
             .map(|n| {
@@ -766,7 +673,7 @@ mod tests {
     /// the pub/sub connection open (and followers waiting forever).
     #[tokio::test]
     async fn dropping_the_notifier_closes_its_connection() {
-        let redis = RedisServer::start();
+        let redis = RedisServer::start(Persistence::None);
         let notifier = Notifier::start(redis.client(), TIMEOUT);
         let mut followed = notifier.follow(session(0xa));
         until(&mut followed, "subscribed", |seen| seen.resyncs >= 1).await;

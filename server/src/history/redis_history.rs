@@ -160,17 +160,7 @@ async fn commit(
             invocation.arg(payload.as_ref());
         }
     }
-    let reply = match tokio::time::timeout(config.timeout, invocation.invoke_async(&mut connection))
-        .await
-    {
-        Ok(reply) => reply.map_err(typed)?,
-        Err(_) => {
-            return Err(HistoryError::Unavailable(format!(
-                "no answer within {:?}",
-                config.timeout
-            )))
-        }
-    };
+    let reply: Value = bounded(config.timeout, invocation.invoke_async(&mut connection)).await?;
     let Value::Array(results) = reply else {
         return Err(HistoryError::Corrupt(format!("append answered {reply:?}")));
     };
@@ -361,13 +351,7 @@ impl RedisHistory {
         &self,
         call: impl Future<Output = Result<T, RedisError>>,
     ) -> Result<T, HistoryError> {
-        match tokio::time::timeout(self.config.timeout, call).await {
-            Ok(result) => result.map_err(typed),
-            Err(_) => Err(HistoryError::Unavailable(format!(
-                "no answer within {:?}",
-                self.config.timeout
-            ))),
-        }
+        bounded(self.config.timeout, call).await
     }
 
     /// A client for the same Redis (for the announcement connection).
@@ -679,6 +663,19 @@ fn fresh_epoch() -> u64 {
         }
     };
     bits.max(1)
+}
+
+/// `call` within `timeout`, its error typed.
+async fn bounded<T>(
+    timeout: Duration,
+    call: impl Future<Output = Result<T, RedisError>>,
+) -> Result<T, HistoryError> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(result) => result.map_err(typed),
+        Err(_) => Err(HistoryError::Unavailable(format!(
+            "no answer within {timeout:?}"
+        ))),
+    }
 }
 
 /// Types a Redis error: our scripts' refusals by their code, everything

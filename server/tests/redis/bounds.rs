@@ -6,7 +6,7 @@
 
 use crate::cluster::{instance, payload, Received};
 use crate::redis_server::{Persistence, RedisServer};
-use crate::support::{bounded, exit_within, scrape, signal, tripped};
+use crate::support::{bounded, eventually, exit_within, scrape, signal, tripped};
 use gapless_client::{ClientError, Refusal};
 use std::time::{Duration, Instant};
 
@@ -122,6 +122,15 @@ fn redis_clients(redis: &RedisServer) -> usize {
     redis.cli(&["CLIENT", "LIST"]).lines().count()
 }
 
+/// Waits until the instance's `gapless_emits_waiting` gauge shows `count`.
+async fn emits_waiting(client: &gapless_client::Client, count: u32) {
+    let what = format!("{count} emits waiting for Redis");
+    eventually(&what, Duration::from_secs(10), || async {
+        scrape(client).await.value("gapless_emits_waiting", &[]) == Some(f64::from(count))
+    })
+    .await;
+}
+
 /// `--max-queued-emits 4` with Redis paused: four emits wait (the
 /// `gapless_emits_waiting` gauge shows them), the fifth is answered `503
 /// history_unavailable` with `Retry-After` at once and counted as kind
@@ -145,15 +154,7 @@ async fn emits_waiting_for_redis_are_capped_per_instance() {
                 tokio::spawn(async move { client.emit_raw(&session, payload(0, index)).await })
             })
             .collect();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let metrics = scrape(&client).await;
-            if metrics.value("gapless_emits_waiting", &[]) == Some(4.0) {
-                break;
-            }
-            assert!(Instant::now() < deadline, "{}", metrics.text);
-            tokio::time::sleep(Duration::from_millis(10)).await; // polling, bounded
-        }
+        emits_waiting(&client, 4).await;
         let started = Instant::now();
         match client.emit_raw(&session, payload(0, 5)).await {
             Err(ClientError::Unavailable { code, retry_after }) => {
@@ -210,11 +211,7 @@ async fn shutdown_is_bounded_with_redis_down() {
             let (client, session) = (client.clone(), session.clone());
             tokio::spawn(async move { client.emit_raw(&session, payload(0, 1)).await })
         };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while scrape(&client).await.value("gapless_emits_waiting", &[]) != Some(1.0) {
-            assert!(Instant::now() < deadline, "the emit never waited");
-            tokio::time::sleep(Duration::from_millis(10)).await; // polling, bounded
-        }
+        emits_waiting(&client, 1).await;
         let started = Instant::now();
         signal(&a, "TERM");
         let exit = exit_within(&mut a, Duration::from_secs(4), "SIGTERM with Redis paused").await;

@@ -206,14 +206,16 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-fn free_port() -> u16 {
+/// A port no one listens on now (taken from the OS, then released).
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
         .map(|addr| addr.port())
         .expect("a free loopback port")
 }
 
-fn unique() -> u64 {
+/// A number no earlier call in this process returned.
+pub fn unique() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
     NEXT.fetch_add(1, Ordering::Relaxed)

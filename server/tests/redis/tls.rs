@@ -12,10 +12,10 @@
 //! `openssl`. Every wait is bounded.
 
 use crate::cluster::{payload, Received};
+use crate::redis_server::{free_port, unique};
 use crate::support::{bounded, exit_within, ChildGuard, IO};
 use gapless_client::Client;
 use std::io::BufRead;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -338,17 +338,4 @@ async fn a_redis_over_tls_is_refused_at_startup_unless_verified() {
         }
     })
     .await;
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .expect("a free loopback port")
-}
-
-fn unique() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    NEXT.fetch_add(1, Ordering::Relaxed)
 }
