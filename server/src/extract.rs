@@ -3,16 +3,18 @@
 
 use crate::client_addr::{client_ip, ClientKey};
 use crate::connection::Peer;
+use crate::entry::Entry;
 use crate::error::ApiError;
 use crate::ids::{PublishKey, SessionId, PUBLISH_KEY_HEADER};
 use crate::metrics::Limit;
-use crate::state::{AppState, Entry};
+use crate::state::AppState;
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use gapless::session::Session;
 use gapless::EventId;
+use gapless::SingleWriter;
 use gapless_client::wire::CursorBody;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -221,7 +223,7 @@ fn parse_cursor(text: &str, what: &str) -> Result<EventId, ApiError> {
 /// The cursor of an SSE request: `Last-Event-ID`, else `?last_event_id=`,
 /// else seq 0 of the session's epoch.
 pub(crate) fn sse_cursor(
-    session: &Session,
+    session: &Session<SingleWriter>,
     headers: &HeaderMap,
     query: &HashMap<String, String>,
 ) -> Result<EventId, ApiError> {

@@ -28,8 +28,10 @@
 //! | `metrics` | the `prometheus-client` families and their typed labels |
 //! | `config` | [`ServerConfig`], [`HistoryConfig`], [`ServerConfig::validate`] |
 //! | `admission` | what sessions and connections hold against the limits, given back on drop |
-//! | `history` | the shared history in Redis (`--redis`): scripts, leases, reads, tails |
-//! | `replica` | one session's local ring as a replica of its history: owner appends, mirror tail |
+//! | `history` | the shared history in Redis (`--redis`): scripts, group commit, reads, notifications |
+//! | `replica` | one session's ring as a copy of its history: the committer (appends) and the mirror (the ring's one `Writer`) |
+//! | `entry` | one live session here: the engine's session, its ring's writer, its idle clock and admission |
+//! | `session_history` | the session-history trait and its two modes: `Local` (the ring is the history) and `Replicated` (`--redis`) |
 //! | `state` | [`AppState`]: sessions, limits, metrics, the shutdown signal |
 //! | `error` | every error answer, rendered to its `gapless_client::wire` body |
 //! | `extract` | the session in the path, the client, the publish key, bodies within the limits, cursors |
@@ -50,6 +52,7 @@ mod client_addr;
 mod config;
 mod connection;
 mod delivery;
+mod entry;
 mod error;
 mod extract;
 mod handlers;
@@ -61,6 +64,7 @@ mod metrics;
 mod replica;
 mod routes;
 mod serve;
+mod session_history;
 mod state;
 
 pub use client_addr::TrustedProxy;

@@ -1,84 +1,24 @@
 //! What every handler shares: the configuration, the sessions, the
 //! metrics, and the server's lifecycle (shutdown signals, tracked tasks).
 
-use crate::admission::{Bounded, ClientSlot, Held, PerClient};
+use crate::admission::{Bounded, PerClient};
 use crate::client_addr::ClientKey;
 use crate::config::{InvalidConfig, ServerConfig};
-use crate::history::notify::Notifier;
-use crate::history::{Attach, History, HistoryError, Raised, RedisHistory, Snapshot};
-use crate::ids::{same_key, PublishKey, SessionId};
+use crate::entry::{Admission, Entry};
+use crate::history::{Attach, HistoryError, Raised, RedisHistory, Snapshot};
+use crate::ids::{PublishKey, SessionId};
 use crate::metrics::{Limit, Metrics, RingTotals};
-use crate::replica::{Replica, ReplicaError};
-use gapless::session::{Session, SessionOptions, Transport};
-use gapless::{Config, ConfigError, Ring, Store};
+use crate::replica::ReplicaError;
+use crate::session_history::{Local, Replicated, SessionHistory};
+use gapless::session::{SessionOptions, Transport};
+use gapless::{Config, ConfigError, Store, Writer};
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio_util::task::TaskTracker;
-
-/// One live session and what its streams and the idle reaper watch.
-pub(crate) struct Entry {
-    /// The session's ID.
-    pub(crate) id: SessionId,
-    /// The engine's session: ring, cursors, attachment, tickets.
-    pub(crate) session: Session,
-    /// With `--redis`: the link between the ring and the shared history
-    /// (this instance's role, its writes into the ring). `None`: the ring
-    /// is the whole history.
-    pub(crate) replica: Option<Arc<Replica>>,
-    /// Bumped whenever the session's attachment changes or it ends, so a
-    /// stream that is no longer current (an SSE stream superseded by a
-    /// WebSocket, a deleted session) wakes and ends at once.
-    pub(crate) changed: watch::Sender<u64>,
-    /// Milliseconds since the server's start at the last request naming
-    /// this session or the last detach of a transport: the idle clock.
-    last_active_ms: AtomicU64,
-    /// Streams open on this session, current or being superseded; at most
-    /// `max_streams_per_session` (checked before a stream is opened).
-    pub(crate) streams: AtomicUsize,
-    /// With `--publish-keys`: the key emits and `DELETE` must present.
-    pub(crate) publish_key: Option<PublishKey>,
-    /// What the session holds against the server's limits, from its
-    /// insertion until it ends (`None` before and after).
-    admission: Mutex<Option<Admission>>,
-}
-
-impl Entry {
-    /// Hands the session what it holds against the limits.
-    fn admit(&self, admission: Admission) {
-        *self
-            .admission
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(admission);
-    }
-
-    /// Takes back what the session holds against the limits.
-    fn release(&self) -> Option<Admission> {
-        self.admission
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-    }
-
-    /// Whether `presented` (a request's publish key header) may emit into
-    /// and delete this session: always without `--publish-keys`; else only
-    /// this session's key, compared in constant time.
-    pub(crate) fn may_publish(&self, presented: Option<&PublishKey>) -> bool {
-        match (&self.publish_key, presented) {
-            (None, _) => true,
-            (Some(key), Some(presented)) => same_key(key, presented),
-            (Some(_), None) => false,
-        }
-    }
-
-    /// Wakes every stream of this session to re-check whether it is current.
-    pub(crate) fn notify_changed(&self) {
-        self.changed.send_modify(|n| *n = n.wrapping_add(1));
-    }
-}
 
 /// Resolves once `signal` is true (at once if it already is, and forever
 /// pending if its sender is gone without turning it true). Holds no borrow
@@ -116,15 +56,6 @@ impl Lifecycle {
             }
         })
     }
-}
-
-/// What a session holds against the server's limits, given back when it
-/// ends.
-#[derive(Debug)]
-struct Admission {
-    _session: Held,
-    _memory: Held,
-    _client: Option<ClientSlot>,
 }
 
 /// The totals and per-client allowances sessions and connections take
@@ -187,16 +118,11 @@ pub(crate) struct Shared {
     pub(crate) limits: Limits,
     pub(crate) metrics: Metrics,
     pub(crate) lifecycle: Lifecycle,
-    /// With `--redis`: the history every instance shares.
-    pub(crate) history: Option<Arc<RedisHistory>>,
-    /// With `--redis`: the one connection that hears of every append, for
-    /// the sessions followed here.
-    notifier: Option<Arc<Notifier>>,
+    /// Where sessions' histories live beyond their rings: [`Local`] (the
+    /// ring is the whole history) or, with `--redis`, [`Replicated`].
+    pub(crate) history: Arc<dyn SessionHistory>,
     /// Sessions being loaded from the history, one load each at a time.
     loading: Loading,
-    /// Emits waiting for the history on this instance; at most
-    /// `max_queued_emits` (beyond: `503` at once).
-    pub(crate) emit_slots: Arc<tokio::sync::Semaphore>,
     /// The origin of every `last_active_ms`.
     started: Instant,
 }
@@ -235,14 +161,8 @@ impl Shared {
             let (entry, created) = self
                 .sessions
                 .get_or_try_insert_with(id, || {
-                    Ring::try_new(ring_config).map(|ring| {
-                        let ring = Arc::new(ring);
-                        let replica = self
-                            .history
-                            .as_ref()
-                            .map(|_| Arc::new(Replica::new(id, Arc::clone(&ring))));
-                        self.entry(id, Session::new(ring, options), replica, publish_key)
-                    })
+                    Writer::try_new(ring_config)
+                        .map(|writer| Entry::new(id, writer, options, publish_key, self.now_ms()))
                 })
                 .map_err(CreateError::Ring)?;
             // A 128-bit collision with a live session: draw again.
@@ -275,11 +195,7 @@ impl Shared {
             self.metrics.tripped(Limit::MemoryBudget);
             return Err(CreateError::MemoryBudget);
         };
-        Ok(Admission {
-            _session: session,
-            _memory: memory,
-            _client: client,
-        })
+        Ok(Admission::new(session, memory, client))
     }
 
     fn session_options(&self) -> SessionOptions {
@@ -290,27 +206,7 @@ impl Shared {
         }
     }
 
-    fn entry(
-        &self,
-        id: SessionId,
-        session: Session,
-        replica: Option<Arc<Replica>>,
-        publish_key: Option<PublishKey>,
-    ) -> Entry {
-        Entry {
-            id,
-            session,
-            replica,
-            publish_key,
-            admission: Mutex::new(None),
-            changed: watch::channel(0).0,
-            last_active_ms: AtomicU64::new(self.now_ms()),
-            streams: AtomicUsize::new(0),
-        }
-    }
-
-    /// A new session, recorded in the shared history when there is one
-    /// (this instance then owns it).
+    /// A new session, recorded in the session history.
     ///
     /// # Errors
     /// As [`Shared::create_session`], and the history is unavailable (the
@@ -319,12 +215,10 @@ impl Shared {
         &self,
         client: Option<ClientKey>,
     ) -> Result<(SessionId, Arc<Entry>), CreateError> {
-        let Some(history) = &self.history else {
-            return self.create_session(client);
-        };
         loop {
             let (id, entry) = self.create_session(client)?;
-            match history
+            match self
+                .history
                 .create(&id, entry.session.epoch(), entry.publish_key)
                 .await
             {
@@ -342,8 +236,8 @@ impl Shared {
         }
     }
 
-    /// The session `id`: the local entry, or (with a shared history) the
-    /// session loaded from it: a ring holding the newest retained events
+    /// The session `id`: the local entry, or the session loaded from the
+    /// history (with `--redis`): a ring holding the newest retained events
     /// under the session's epoch, and the cursors every instance recorded.
     /// `Ok(None)`: no such session.
     ///
@@ -357,9 +251,6 @@ impl Shared {
         if let Some(entry) = self.sessions.get(id) {
             return Ok(Some(entry));
         }
-        let Some(history) = &self.history else {
-            return Ok(None);
-        };
         // One load per session at a time: concurrent requests for a session
         // this instance does not hold wait for the first one's load.
         let loading = self.loading.slot(id);
@@ -367,7 +258,7 @@ impl Shared {
         if let Some(entry) = self.sessions.get(id) {
             return Ok(Some(entry));
         }
-        let snapshot = match history.load(id).await {
+        let snapshot = match self.history.load(id).await {
             Ok(Some(snapshot)) => snapshot,
             Ok(None) => return Ok(None),
             Err(error) => return Err(self.history_failed(error)),
@@ -404,30 +295,36 @@ impl Shared {
             .bytes(self.config.ring_bytes)
             .epoch(epoch)
             .start_after(base);
-        let ring = Arc::new(Ring::try_new(config).map_err(|e| e.to_string())?);
+        let mut writer = Writer::try_new(config).map_err(|e| e.to_string())?;
         for (seq, payload) in &snapshot.events {
-            let emitted = ring.emit(payload).map_err(|e| e.to_string())?;
+            let emitted = writer.emit(payload).map_err(|e| e.to_string())?;
             if emitted != *seq {
                 return Err(format!("history seq {seq} became ring seq {emitted}"));
             }
         }
-        if ring.published() != snapshot.published {
+        let published = writer.ring().published();
+        if published != snapshot.published {
             return Err(format!(
-                "history ends at {}, its newest event is {}",
+                "history ends at {}, its newest event is {published}",
                 snapshot.published,
-                ring.published()
             ));
         }
-        let session = Session::new(Arc::clone(&ring), self.session_options());
-        session.raise_cursors(snapshot.acked, snapshot.sent);
-        let replica = Arc::new(Replica::new(id, ring));
-        Ok(self.entry(id, session, Some(replica), snapshot.publish_key))
+        let entry = Entry::new(
+            id,
+            writer,
+            self.session_options(),
+            snapshot.publish_key,
+            self.now_ms(),
+        );
+        entry.session.raise_cursors(snapshot.acked, snapshot.sent);
+        Ok(entry)
     }
 
     /// Catches `entry`'s ring up with the shared history and raises its
     /// cursors to what every instance recorded, before a check of a client
     /// cursor. A replica too far behind is dropped and loaded afresh: the
-    /// entry to use is returned. Without a history: `entry` itself.
+    /// entry to use is returned (`entry` itself when the ring is the whole
+    /// history).
     ///
     /// # Errors
     /// The history is unavailable, or the session is gone from it (it is
@@ -436,12 +333,11 @@ impl Shared {
         self: &Arc<Self>,
         entry: Arc<Entry>,
     ) -> Result<Arc<Entry>, LoadError> {
-        let (Some(history), Some(replica)) = (&self.history, &entry.replica) else {
-            return Ok(entry);
-        };
-        match replica.refresh(history.as_ref()).await {
-            Ok((acked, sent)) => {
-                entry.session.raise_cursors(acked, sent);
+        match self.history.refresh(&entry).await {
+            Ok(cursors) => {
+                if let Some((acked, sent)) = cursors {
+                    entry.session.raise_cursors(acked, sent);
+                }
                 Ok(entry)
             }
             Err(ReplicaError::History(error)) => Err(self.session_history_failed(&entry.id, error)),
@@ -532,38 +428,28 @@ impl Shared {
         sent: Option<u64>,
         attach: Attach,
     ) -> Result<Option<Raised>, LoadError> {
-        let Some(history) = &self.history else {
-            return Ok(None);
-        };
         let state = entry.session.state();
         let sent = sent.map_or(state.sent, |s| state.sent.max(s.min(state.published)));
-        match history
+        self.history
             .raise_cursors(&entry.id, state.acked, sent, attach)
             .await
-        {
-            Ok(raised) => Ok(Some(raised)),
-            Err(error) => Err(self.history_failed(error)),
-        }
+            .map_err(|error| self.history_failed(error))
     }
 
     /// Starts following the shared history for `entry` (a no-op without one
     /// or when running): a stream is about to read its ring.
     pub(crate) fn follow_history(self: &Arc<Self>, entry: &Entry) {
-        let (Some(history), Some(replica)) = (&self.history, &entry.replica) else {
-            return;
-        };
         let shared = Arc::downgrade(self);
         let id = entry.id;
-        let announced = match &self.notifier {
-            Some(notifier) => notifier.follow(id),
-            None => return,
-        };
-        replica.follow(history, announced, move |_| {
-            if let Some(shared) = shared.upgrade() {
-                shared.metrics.replicas_reloaded.inc();
-                shared.drop_local(&id);
-            }
-        });
+        self.history.follow(
+            entry,
+            Box::new(move |_| {
+                if let Some(shared) = shared.upgrade() {
+                    shared.metrics.replicas_reloaded.inc();
+                    shared.drop_local(&id);
+                }
+            }),
+        );
     }
 
     /// Ends this instance's copy of session `id` (its streams end; clients
@@ -684,7 +570,7 @@ impl AppState {
         config: ServerConfig,
         shutdown: watch::Receiver<bool>,
     ) -> Result<Self, InvalidConfig> {
-        Self::with_history(config, None, shutdown)
+        Self::with_history(config, Arc::new(Local), shutdown)
     }
 
     /// [`AppState::try_new`], connected to the shared history of
@@ -698,7 +584,7 @@ impl AppState {
         shutdown: watch::Receiver<bool>,
     ) -> Result<Self, StartError> {
         config.validate()?;
-        let history = match &config.redis {
+        let history: Arc<dyn SessionHistory> = match &config.redis {
             Some(redis) => {
                 let mut redis = redis.clone();
                 redis.retention = redis.retention.max(config.ring_events);
@@ -707,30 +593,29 @@ impl AppState {
                 // idle timeout by two of them.
                 redis.idle = config.idle_timeout
                     + 2 * config.ping_interval.max(std::time::Duration::from_secs(5));
-                Some(Arc::new(RedisHistory::connect(redis).await?))
+                let redis = Arc::new(RedisHistory::connect(redis).await?);
+                Arc::new(Replicated::new(redis, config.max_queued_emits))
             }
-            None => None,
+            None => Arc::new(Local),
         };
         Ok(Self::with_history(config, history, shutdown)?)
     }
 
     fn with_history(
         config: ServerConfig,
-        history: Option<Arc<RedisHistory>>,
+        history: Arc<dyn SessionHistory>,
         shutdown: watch::Receiver<bool>,
     ) -> Result<Self, InvalidConfig> {
         let limits = Limits::new(&config)?;
-        let max_queued_emits = config.max_queued_emits;
         let sessions = Arc::new(Store::new(64));
-        let emit_slots = Arc::new(tokio::sync::Semaphore::new(max_queued_emits));
         let metrics = Metrics::new({
             let sessions = Arc::clone(&sessions);
             let memory = Arc::clone(&limits.ring_memory);
-            let emit_slots = Arc::clone(&emit_slots);
+            let history = Arc::clone(&history);
             move || RingTotals {
                 reserved_bytes: memory.held(),
                 budget_bytes: memory.limit(),
-                emits_waiting: (max_queued_emits - emit_slots.available_permits()) as u64,
+                emits_waiting: history.emits_waiting(),
                 ..ring_totals(&sessions)
             }
         });
@@ -744,12 +629,8 @@ impl AppState {
                 hard_stop: watch::channel(false).0,
                 tasks: TaskTracker::new(),
             },
-            notifier: history.as_ref().map(|history| {
-                Notifier::start(history.client(), History::config(history.as_ref()).timeout)
-            }),
             history,
             loading: Loading::default(),
-            emit_slots,
             started: Instant::now(),
         });
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {

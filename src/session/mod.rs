@@ -24,7 +24,7 @@ pub use ticket::{parse_hex128, ParseTicketError, Ticket, TicketKind, TICKET_TTL}
 
 use crate::error::Coverage;
 use crate::event_id::EventId;
-use crate::ring::Ring;
+use crate::ring::{EmitMode, Ring, Shared};
 use crate::sync::{lock, Mutex};
 use std::fmt;
 use std::sync::Arc;
@@ -173,15 +173,35 @@ struct Cursors {
 /// ));
 /// # Ok::<(), Refusal>(())
 /// ```
-pub struct Session {
-    ring: Arc<Ring>,
+///
+/// A session reads its ring and never emits into it, so the ring may be a
+/// [`Writer`](crate::Writer)'s (`Session<SingleWriter>`): the one writer
+/// emits, the session checks cursors against what it published.
+///
+/// ```
+/// use gapless::session::{Session, SessionOptions};
+/// use gapless::{Config, EventId, Writer};
+/// use std::sync::Arc;
+///
+/// let mut writer = Writer::new(Config::default());
+/// let session = Session::new(Arc::clone(writer.ring()), SessionOptions::default());
+/// for n in 1..=3u8 {
+///     writer.emit(&[n]).unwrap();
+/// }
+/// session.record_sent(3); // a transport wrote 1..=3
+/// let cursor = EventId { epoch: session.epoch(), seq: 1 };
+/// let (grant, _attachment) = session.resume_sse(cursor).unwrap();
+/// assert_eq!((grant.replay_from, grant.replay_to), (2, 3));
+/// ```
+pub struct Session<M: EmitMode = Shared> {
+    ring: Arc<Ring<M>>,
     options: SessionOptions,
     cursors: Mutex<Cursors>,
 }
 
-impl Session {
+impl<M: EmitMode> Session<M> {
     /// A session over `ring`.
-    pub fn new(ring: impl Into<Arc<Ring>>, options: SessionOptions) -> Self {
+    pub fn new(ring: impl Into<Arc<Ring<M>>>, options: SessionOptions) -> Self {
         Self {
             ring: ring.into(),
             options,
@@ -189,8 +209,9 @@ impl Session {
         }
     }
 
-    /// The session's ring: emit into it directly.
-    pub fn ring(&self) -> &Arc<Ring> {
+    /// The session's ring: emit into it directly (a shared ring), or
+    /// through its [`Writer`](crate::Writer).
+    pub fn ring(&self) -> &Arc<Ring<M>> {
         &self.ring
     }
 
@@ -495,7 +516,7 @@ impl Session {
     }
 }
 
-impl fmt::Debug for Session {
+impl<M: EmitMode> fmt::Debug for Session<M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Session")
             .field("state", &self.state())

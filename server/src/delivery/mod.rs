@@ -13,11 +13,12 @@
 pub(crate) mod sse;
 pub(crate) mod ws;
 
+use crate::entry::Entry;
 use crate::error::ApiError;
 use crate::metrics::{Limit, Stage};
-use crate::state::{Entry, Shared};
+use crate::state::Shared;
 use gapless::session::{Attachment, Refusal, Session};
-use gapless::{Event, EventId, Follower, ReplayError};
+use gapless::{Event, EventId, Follower, ReplayError, SingleWriter};
 use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -150,7 +151,7 @@ impl Attached {
         }
     }
 
-    fn session(&self) -> &Session {
+    fn session(&self) -> &Session<SingleWriter> {
         &self.entry.session
     }
 

@@ -6,10 +6,10 @@ use crate::connection::ConnectionHandle;
 use crate::delivery::{self, copy_replay, Attached, NotReplayed, StreamSlot};
 use crate::error::ApiError;
 use crate::extract::{sse_cursor, JsonBody, Publisher, SessionEntry};
-use crate::history::History;
 use crate::ids::SessionId;
 use crate::metrics::{HistoryFailure, Limit, Stage};
 use crate::replica::ReplicaError;
+use crate::session_history::EmitFailure;
 use crate::state::{AppState, Shared};
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -18,7 +18,7 @@ use axum::Extension;
 use axum::Json;
 use bytes::Bytes;
 use gapless::session::Refusal;
-use gapless::{EmitError, EventId};
+use gapless::EventId;
 use gapless_client::wire::Emitted;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -36,81 +36,54 @@ pub(crate) async fn emit(
     // Stored compact but otherwise as sent (key order, number spelling and
     // escapes untouched): one SSE data line, the same bytes on every transport.
     let compact = crate::json::minify(&bytes);
-    let ring = entry.session.ring();
-    let (epoch, seq) = match (&state.history, &entry.replica) {
-        // Appended to the shared history first (which gives it its epoch
-        // and seq), then into the ring: the `202` means durable in Redis.
-        (Some(history), Some(replica)) => {
-            if compact.len() > ring.max_payload() {
-                return Err(ApiError::PayloadTooLarge {
-                    len: compact.len(),
-                    max: ring.max_payload(),
-                });
-            }
-            // Emits waiting for Redis are bounded per instance.
-            let Ok(slot) = Arc::clone(&state.emit_slots).try_acquire_owned() else {
-                state.metrics.tripped(Limit::QueuedEmits);
-                return Err(ApiError::HistoryUnavailable);
-            };
-            let deadline = tokio::time::Instant::now() + History::config(history.as_ref()).timeout;
-            let (epoch, seq) = replica
-                .emit(history, Bytes::from(compact), deadline, Some(slot))
-                .await
-                .map_err(|error| replica_failed(&state, &entry.id, &error))?;
-            if epoch != entry.session.epoch() {
-                // Redis lost events and continues the session under a new
-                // epoch: this copy (unless another request already loaded
-                // the new one) ends, and its streams with it.
-                let current = state.sessions.get(&entry.id);
-                if current.is_some_and(|current| Arc::ptr_eq(&current, &entry)) {
-                    state.metrics.replicas_reloaded.inc();
-                    state.drop_local(&entry.id);
-                }
-            }
-            (epoch, seq)
+    // Through the session history: straight into the ring, or (`--redis`)
+    // appended to the shared history first, which gives it its epoch and
+    // seq, then into the ring: the `202` means durable in Redis.
+    let (epoch, seq) = state
+        .history
+        .emit(&entry, Bytes::from(compact))
+        .await
+        .map_err(|failure| emit_failed(&state, &entry.id, failure))?;
+    if epoch != entry.session.epoch() {
+        // Redis lost events and continues the session under a new epoch:
+        // this copy (unless another request already loaded the new one)
+        // ends, and its streams with it.
+        let current = state.sessions.get(&entry.id);
+        if current.is_some_and(|current| Arc::ptr_eq(&current, &entry)) {
+            state.metrics.replicas_reloaded.inc();
+            state.drop_local(&entry.id);
         }
-        _ => (
-            entry.session.epoch(),
-            ring.emit(&compact).map_err(too_large)?,
-        ),
-    };
+    }
     state.metrics.events_emitted.inc();
     let id = EventId { epoch, seq };
     Ok((StatusCode::ACCEPTED, Json(Emitted { id })))
 }
 
-fn too_large(error: EmitError) -> ApiError {
-    match error {
-        EmitError::TooLarge { len, max } => ApiError::PayloadTooLarge { len, max },
-        // Only `emit_batch` refuses a batch; a single emit fails only for size.
-        EmitError::BatchTooLarge {
-            bytes, max_bytes, ..
-        } => ApiError::PayloadTooLarge {
-            len: usize::try_from(bytes).unwrap_or(usize::MAX),
-            max: usize::try_from(max_bytes).unwrap_or(usize::MAX),
+/// The answer to an emit that was not accepted (nothing was acknowledged).
+fn emit_failed(state: &Shared, id: &SessionId, failure: EmitFailure) -> ApiError {
+    match failure {
+        EmitFailure::TooLarge { len, max } => ApiError::PayloadTooLarge { len, max },
+        EmitFailure::Busy => {
+            state.metrics.tripped(Limit::QueuedEmits);
+            ApiError::HistoryUnavailable
+        }
+        EmitFailure::Replica(error) => match &*error {
+            ReplicaError::History(error) => state.session_history_failed(id, error.clone()).into(),
+            ReplicaError::Expired => {
+                state.metrics.history_failed(HistoryFailure::Unavailable);
+                ApiError::HistoryUnavailable
+            }
+            // This copy cannot continue; the next request loads it afresh.
+            ReplicaError::Stale { .. } => {
+                state.metrics.replicas_reloaded.inc();
+                state.drop_local(id);
+                ApiError::HistoryUnavailable
+            }
+            ReplicaError::Ring(what) => ApiError::Internal(format!("replica: {what}")),
         },
         // `EmitError` is non-exhaustive: a failure this server does not
         // know yet is a server error, named, never a silent drop.
-        other => ApiError::Internal(format!("emit failed: {other}")),
-    }
-}
-
-/// The answer to an emit the replica could not complete (nothing was
-/// acknowledged).
-fn replica_failed(state: &Shared, id: &SessionId, error: &ReplicaError) -> ApiError {
-    match error {
-        ReplicaError::History(error) => state.session_history_failed(id, error.clone()).into(),
-        ReplicaError::Expired => {
-            state.metrics.history_failed(HistoryFailure::Unavailable);
-            ApiError::HistoryUnavailable
-        }
-        // This copy cannot continue; the next request loads it afresh.
-        ReplicaError::Stale { .. } => {
-            state.metrics.replicas_reloaded.inc();
-            state.drop_local(id);
-            ApiError::HistoryUnavailable
-        }
-        ReplicaError::Ring(what) => ApiError::Internal(format!("replica: {what}")),
+        EmitFailure::Engine(error) => ApiError::Internal(format!("emit failed: {error}")),
     }
 }
 

@@ -25,17 +25,13 @@ pub(crate) async fn upgrade(
 ) -> Result<Json<UpgradeGrant>, ApiError> {
     let entry = state.refresh(entry).await?;
     let now = Instant::now();
-    if let (Some(history), Some(pending)) = (&state.history, entry.session.pending_upgrade(now)) {
-        // A pending upgrade whose ticket was used on another instance no
-        // longer blocks a new one here.
-        let waiting = history
-            .ticket_exists(&id, &pending.to_string())
-            .await
-            .map_err(|error| state.history_failed(error))?;
-        if !waiting {
-            entry.session.cancel_upgrade(&pending);
-        }
-    }
+    // A pending upgrade whose ticket was used on another instance no
+    // longer blocks a new one here.
+    state
+        .history
+        .release_used_upgrade(&entry, now)
+        .await
+        .map_err(|error| state.history_failed(error))?;
     let ticket = Ticket::random().map_err(|e| ApiError::Internal(e.to_string()))?;
     let begun = entry.session.begin_upgrade(cursor, ticket, now);
     // With a shared history the cursors, and a granted ticket, are recorded
@@ -43,9 +39,10 @@ pub(crate) async fn upgrade(
     // they cannot be, the grant is withdrawn (nothing blocks a retry).
     let recorded = async {
         state.persist_cursors(&entry).await?;
-        if let (Some(history), Ok(_)) = (&state.history, &begun) {
-            history
-                .ticket_put(&id, &ticket.to_string(), cursor, state.config.ticket_ttl)
+        if begun.is_ok() {
+            state
+                .history
+                .record_grant(&id, &ticket, cursor, state.config.ticket_ttl)
                 .await
                 .map_err(|error| state.history_failed(error))?;
         }
@@ -96,29 +93,11 @@ pub(crate) async fn websocket(
     let entry = state.refresh(entry).await?;
     let slot = StreamSlot::take(&state, &entry)?;
     let now = Instant::now();
-    let completed = match &state.history {
-        None => entry.session.complete_upgrade(&ticket, now),
-        // The ticket is used once, on whichever instance the handshake
-        // reaches first; one granted elsewhere is granted here for the same
-        // cursor, then completed.
-        Some(history) => match history
-            .ticket_take(&entry.id, &ticket.to_string())
-            .await
-            .map_err(|error| state.history_failed(error))?
-        {
-            None => {
-                entry.session.cancel_upgrade(&ticket);
-                Err(Refusal::BadTicket)
-            }
-            // The cursor keeps its epoch: one of an epoch the session has
-            // left (Redis lost events since the grant) is `foreign_epoch`.
-            Some(cursor) if entry.session.pending_upgrade(now) != Some(ticket) => entry
-                .session
-                .begin_upgrade(cursor, ticket, now)
-                .and_then(|_| entry.session.complete_upgrade(&ticket, now)),
-            Some(_) => entry.session.complete_upgrade(&ticket, now),
-        },
-    };
+    let completed = state
+        .history
+        .complete_upgrade(&entry, &ticket, now)
+        .await
+        .map_err(|error| state.history_failed(error))?;
     let generation = state.persist_check(&entry, completed.is_ok()).await?;
     let (grant, attachment) = match completed {
         Ok(granted) => granted,

@@ -83,22 +83,16 @@ pub(crate) async fn delete(
             return Err(ApiError::PublishKeyRequired);
         }
     }
-    match &state.history {
-        // The history is the record: delete there first (every instance's
-        // copy finds it gone at its next look), then here.
-        Some(history) => {
-            let existed = history
-                .delete(&id)
-                .await
-                .map_err(|error| state.history_failed(error))?;
-            let local = state.end_session(&id).is_some();
-            if !(existed || local) {
-                return Err(ApiError::NoSuchSession);
-            }
-        }
-        None => {
-            state.end_session(&id).ok_or(ApiError::NoSuchSession)?;
-        }
+    // The history is the record: delete there first (every instance's copy
+    // finds it gone at its next look), then here.
+    let existed = state
+        .history
+        .delete(&id)
+        .await
+        .map_err(|error| state.history_failed(error))?;
+    let local = state.end_session(&id).is_some();
+    if !(existed || local) {
+        return Err(ApiError::NoSuchSession);
     }
     state.metrics.sessions_deleted.inc();
     Ok(StatusCode::NO_CONTENT)

@@ -1,49 +1,37 @@
 //! One session's local replica of its shared history (`--redis`): the ring
 //! on this instance, kept equal to a prefix-trimmed copy of the Redis
-//! Stream, and the emits this instance appends.
+//! Stream, and the emits this instance appends. Two parts, each with its
+//! own state:
 //!
-//! - **Emits** from any instance are queued per session; whichever task
-//!   drains the queue appends up to [`APPEND_BATCH`] of them in one script
-//!   call, and Redis gives them the session's next seqs (Redis is the
-//!   sequencer: no owner, no lease). Each emit is answered with its seq
-//!   once Redis has it; then the batch is written into the local ring.
-//!   A queued emit whose client has gone, or whose deadline passed, is not
+//! - [`Committer`] (emits): emits from any instance are queued per session;
+//!   whichever task drains the queue appends up to [`APPEND_BATCH`](committer::APPEND_BATCH) of them
+//!   in one script call, and Redis gives them the session's next seqs
+//!   (Redis is the sequencer: no owner, no lease). Each emit is answered
+//!   with its seq once Redis has it; then the batch goes to the mirror. A
+//!   queued emit whose client has gone, or whose deadline passed, is not
 //!   appended.
-//! - **Mirroring**: every write into the ring — a batch this instance
-//!   appended, a catch-up read, a follow step after an announcement that
-//!   another instance appended — holds the writer lock and requires the
-//!   next seq to be the ring's `published + 1`, reading what is missing
-//!   from Redis first. The ring's seqs always equal the history's. A ring
-//!   that can no longer catch up (Redis trimmed past it, or the history's
-//!   epoch changed) is *stale*: the caller drops it and loads the session
-//!   afresh.
+//! - [`Mirror`] (the ring): the ring's one [`gapless::Writer`]. Every write
+//!   — a batch this instance appended, a catch-up read, a follow step after
+//!   an announcement that another instance appended — holds the writer lock
+//!   and requires the next seq to be the ring's `published + 1`, reading
+//!   what is missing from Redis first. The ring's seqs always equal the
+//!   history's. A ring that can no longer catch up (Redis trimmed past it,
+//!   or the history's epoch changed) is *stale*: the caller drops it and
+//!   loads the session afresh. Without a shared history the mirror is
+//!   simply the ring's writer.
 //! - **A new epoch**: each append tells Redis the ring's epoch and
 //!   `published`; a history that lost events continues the session under
 //!   a new epoch (see [`crate::history`]), and the batch is answered with
 //!   it. Such a batch is never written into the ring of the old epoch: the
-//!   replica is stale from then on.
+//!   mirror is stale from then on.
 
-use crate::history::notify::{Change, Followed};
-use crate::history::{History, HistoryError, Known, READ_BYTES};
-use crate::ids::SessionId;
-use bytes::Bytes;
-use gapless::Ring;
-#[cfg(test)]
-use std::collections::BTreeMap;
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::Duration;
-use tokio::sync::{oneshot, watch, OwnedSemaphorePermit};
-use tokio::time::Instant;
+mod committer;
+mod mirror;
 
-/// Emits appended per script call at most.
-pub(crate) const APPEND_BATCH: usize = 64;
+pub(crate) use committer::Committer;
+pub(crate) use mirror::Mirror;
 
-/// How often a followed replica looks at the history even without an
-/// announcement (announcements are at most once: one lost while the
-/// notification connection was down is found here at the latest).
-const FOLLOW_POLL: Duration = Duration::from_secs(5);
+use crate::history::HistoryError;
 
 /// Why an emit, a catch-up or a mirror step failed.
 #[derive(Debug)]
@@ -94,382 +82,55 @@ impl From<HistoryError> for ReplicaError {
     }
 }
 
-/// An emit waiting for the drainer.
-struct Queued {
-    payload: Bytes,
-    /// Not appended after this instant.
-    deadline: Instant,
-    /// The instance-wide slot the emit holds while it waits.
-    _slot: Option<OwnedSemaphorePermit>,
-    /// The epoch and seq the emit was appended at.
-    answer: oneshot::Sender<Result<(u64, u64), Arc<ReplicaError>>>,
-}
-
-/// This instance's replica of one session.
-pub(crate) struct Replica {
-    /// The session.
-    id: SessionId,
-    /// The session's ring (the same `Arc` as the session's): its seqs are
-    /// the history's, up to its watermark.
-    ring: Arc<Ring>,
-    /// Held by every write into the ring; guards nothing else.
-    writer: tokio::sync::Mutex<()>,
-    /// Emits not yet appended, in arrival order.
-    queue: Mutex<VecDeque<Queued>>,
-    /// Whether a drainer task runs (at most one).
-    draining: AtomicBool,
-    /// Whether the follow task runs (at most one, for the replica's life).
-    following: AtomicBool,
-    /// Set once the history continues the session under another epoch
-    /// than the ring's: nothing is mirrored any more, every catch-up is
-    /// [`ReplicaError::Stale`].
-    stale: AtomicBool,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-impl Replica {
-    /// The replica of session `id` whose ring is `ring`.
-    pub(crate) fn new(id: SessionId, ring: Arc<Ring>) -> Self {
-        Self {
-            id,
-            ring,
-            writer: tokio::sync::Mutex::new(()),
-            queue: Mutex::new(VecDeque::new()),
-            draining: AtomicBool::new(false),
-            following: AtomicBool::new(false),
-            stale: AtomicBool::new(false),
-        }
-    }
-
-    /// Appends `payload` to the history, which gives it the session's next
-    /// seq; the epoch and that seq, once Redis has it (the epoch is not the
-    /// ring's if the history continued the session under a new one: the
-    /// replica is then stale). The payload fits the ring (the
-    /// caller checked). `slot` (the instance's bound on waiting emits) is
-    /// held until the emit is appended or dropped. The emit is not appended
-    /// after `deadline`, nor once its caller has stopped waiting.
-    ///
-    /// # Errors
-    /// The history is unavailable (the event may or may not have been
-    /// appended: it is not acknowledged), the deadline passed, the session
-    /// is gone.
-    pub(crate) async fn emit<H: History>(
-        self: &Arc<Self>,
-        history: &Arc<H>,
-        payload: Bytes,
-        deadline: Instant,
-        slot: Option<OwnedSemaphorePermit>,
-    ) -> Result<(u64, u64), Arc<ReplicaError>> {
-        let (answer, answered) = oneshot::channel();
-        lock(&self.queue).push_back(Queued {
-            payload,
-            deadline,
-            _slot: slot,
-            answer,
-        });
-        if !self.draining.swap(true, Ordering::AcqRel) {
-            // A task of its own: a client that goes away must not cancel an
-            // append half done for the emits batched with its own.
-            tokio::spawn(Arc::clone(self).drain(Arc::clone(history)));
-        }
-        answered.await.unwrap_or_else(|_| {
-            Err(Arc::new(ReplicaError::Ring(
-                "the emit was dropped unanswered".into(),
-            )))
-        })
-    }
-
-    /// The next batch: up to [`APPEND_BATCH`] queued emits whose caller
-    /// still waits and whose deadline has not passed (the others are
-    /// answered [`ReplicaError::Expired`] or dropped, never appended).
-    fn next_batch(&self) -> Vec<Queued> {
-        let now = Instant::now();
-        let mut queue = lock(&self.queue);
-        let mut batch = Vec::new();
-        while batch.len() < APPEND_BATCH {
-            let Some(queued) = queue.pop_front() else {
-                break;
-            };
-            if queued.answer.is_closed() {
-                continue;
-            }
-            if queued.deadline <= now {
-                let _ = queued.answer.send(Err(Arc::new(ReplicaError::Expired)));
-                continue;
-            }
-            batch.push(queued);
-        }
-        batch
-    }
-
-    /// Appends queued emits in batches until the queue is empty, then
-    /// writes each batch into the ring.
-    async fn drain<H: History>(self: Arc<Self>, history: Arc<H>) {
-        loop {
-            let batch = self.next_batch();
-            if batch.is_empty() {
-                self.draining.store(false, Ordering::Release);
-                // An emit that queued after the look above and saw
-                // `draining` still set relies on this task: look again.
-                if lock(&self.queue).is_empty() || self.draining.swap(true, Ordering::AcqRel) {
-                    return;
-                }
-                continue;
-            }
-            let payloads: Vec<Bytes> = batch.iter().map(|q| q.payload.clone()).collect();
-            let known = Known {
-                epoch: self.ring.epoch(),
-                published: self.ring.published(),
-            };
-            match history.append(&self.id, known, &payloads).await {
-                Ok((epoch, first)) => {
-                    for (seq, queued) in (first..).zip(batch) {
-                        let _ = queued.answer.send(Ok((epoch, seq)));
-                    }
-                    if epoch != known.epoch {
-                        // The history continues the session under a new
-                        // epoch: this ring is of the old one.
-                        if !self.stale.swap(true, Ordering::AcqRel) {
-                            tracing::warn!(
-                                session = %self.id.tag(),
-                                "the history continues the session under a new epoch (Redis lost events or restarted); this copy is dropped"
-                            );
-                        }
-                        continue;
-                    }
-                    // Acknowledged: Redis has the batch. Local readers get
-                    // it now, or from the follower or the next catch-up.
-                    if let Err(error) = self.mirror_appended(first, &payloads) {
-                        tracing::debug!(session = %self.id.tag(), %error, "appended batch not mirrored yet");
-                    }
-                }
-                Err(error) => {
-                    let error = Arc::new(ReplicaError::History(error));
-                    for queued in batch {
-                        let _ = queued.answer.send(Err(Arc::clone(&error)));
-                    }
-                }
-            }
-        }
-    }
-
-    /// Writes a batch this instance appended (seqs `first ..`) into the
-    /// ring when that needs no read: the ring ends right before it and no
-    /// catch-up is running. Otherwise (another instance appended in
-    /// between, or the follower is reading) the batch is left to the
-    /// follower and to the catch-up before the next check of a cursor, so
-    /// the drainer never waits for a read before its next append.
-    fn mirror_appended(&self, first: u64, payloads: &[Bytes]) -> Result<(), ReplicaError> {
-        let Ok(_writer) = self.writer.try_lock() else {
-            return Ok(());
-        };
-        if self.ring.published() + 1 != first {
-            return Ok(());
-        }
-        let events: Vec<(u64, Bytes)> = (first..).zip(payloads.iter().cloned()).collect();
-        self.mirror_locked(&events)
-    }
-
-    /// Emits `events` (seq order, as read from the history) into the ring:
-    /// those at or below the watermark are already there; the rest must
-    /// start at `published + 1` without a hole. Call with the writer lock
-    /// held.
-    fn mirror_locked(&self, events: &[(u64, Bytes)]) -> Result<(), ReplicaError> {
-        for (seq, payload) in events {
-            let needed = self.ring.published() + 1;
-            if *seq < needed {
-                continue;
-            }
-            if *seq > needed {
-                return Err(ReplicaError::Stale {
-                    needed,
-                    found: Some(*seq),
-                });
-            }
-            match self.ring.emit(payload) {
-                Ok(got) if got == *seq => {}
-                Ok(got) => {
-                    return Err(ReplicaError::Ring(format!(
-                        "mirrored seq {seq}, the ring gave {got}"
-                    )))
-                }
-                Err(error) => return Err(ReplicaError::Ring(error.to_string())),
-            }
-        }
-        Ok(())
-    }
-
-    /// Reads and mirrors the history until the ring reaches `target` (or
-    /// the history's newest event, with `u64::MAX`); the cursors the
-    /// history holds (`acked`, `sent`). Call with the writer lock held.
-    async fn catch_up_locked<H: History>(
-        &self,
-        history: &H,
-        target: u64,
-    ) -> Result<(u64, u64), ReplicaError> {
-        loop {
-            let after = self.ring.published();
-            if self.stale.load(Ordering::Acquire) {
-                return Err(ReplicaError::Stale {
-                    needed: after + 1,
-                    found: None,
-                });
-            }
-            let snapshot = history
-                .after(&self.id, after, READ_BYTES)
-                .await?
-                .ok_or(ReplicaError::History(HistoryError::Gone))?;
-            if snapshot.epoch != self.ring.epoch() {
-                return Err(ReplicaError::Stale {
-                    needed: after + 1,
-                    found: None,
-                });
-            }
-            if snapshot.published <= after || after >= target {
-                return Ok((snapshot.acked, snapshot.sent));
-            }
-            if snapshot.events.is_empty() {
-                return Err(ReplicaError::Stale {
-                    needed: after + 1,
-                    found: None,
-                });
-            }
-            self.mirror_locked(&snapshot.events)?;
-        }
-    }
-
-    /// Brings the ring up to the history's newest event and returns the
-    /// cursors the history holds (`acked`, `sent`), for the session's
-    /// checks on this instance.
-    ///
-    /// # Errors
-    /// The history is unavailable or the session gone; the replica is stale.
-    pub(crate) async fn refresh<H: History>(
-        &self,
-        history: &H,
-    ) -> Result<(u64, u64), ReplicaError> {
-        let _writer = self.writer.lock().await;
-        self.catch_up_locked(history, u64::MAX).await
-    }
-
-    /// Starts the follow task unless it runs: whenever `announced` says the
-    /// session grew past the ring (another instance appended) or that
-    /// announcements may have been missed, and at least every
-    /// [`FOLLOW_POLL`], it brings the ring up to the history. It ends with
-    /// the replica, or calls `on_stale` and ends when the replica can no
-    /// longer catch up.
-    pub(crate) fn follow<H: History, A: Announcements>(
-        self: &Arc<Self>,
-        history: &Arc<H>,
-        mut announced: A,
-        on_stale: impl FnOnce(ReplicaError) + Send + 'static,
-    ) {
-        if self.following.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let replica: Weak<Self> = Arc::downgrade(self);
-        let history = Arc::clone(history);
-        tokio::spawn(async move {
-            let mut ended = false;
-            loop {
-                let woke = if ended {
-                    tokio::time::sleep(FOLLOW_POLL).await;
-                    Announced::Missed
-                } else {
-                    tokio::time::timeout(FOLLOW_POLL, announced.next())
-                        .await
-                        .unwrap_or(Announced::Missed)
-                };
-                let Some(this) = replica.upgrade() else {
-                    return;
-                };
-                match woke {
-                    Announced::Seq(last) if last <= this.ring.published() => continue,
-                    Announced::Ended => ended = true,
-                    Announced::Seq(_) | Announced::Missed => {}
-                }
-                let caught_up = {
-                    let _writer = this.writer.lock().await;
-                    this.catch_up_locked(history.as_ref(), u64::MAX).await
-                };
-                match caught_up {
-                    Ok(_) => {}
-                    Err(ReplicaError::History(HistoryError::Gone)) => {
-                        on_stale(ReplicaError::History(HistoryError::Gone));
-                        return;
-                    }
-                    Err(ReplicaError::History(error)) => {
-                        tracing::warn!(session = %this.id.tag(), %error, "follow read failed");
-                    }
-                    Err(error) => {
-                        tracing::warn!(session = %this.id.tag(), %error, "mirror cannot continue");
-                        on_stale(error);
-                        return;
-                    }
-                }
-            }
-        });
-    }
-}
-
-/// What a follower learns from the announcements of appends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Announced {
-    /// The session now ends at this seq (or later).
-    Seq(u64),
-    /// Announcements may have been missed: read the history.
-    Missed,
-    /// No more announcements will come (the instance is stopping): poll.
-    Ended,
-}
-
-/// The announcements one session's follower waits on.
-pub(crate) trait Announcements: Send + 'static {
-    /// The next announcement.
-    fn next(&mut self) -> impl std::future::Future<Output = Announced> + Send;
-}
-
-/// A session's announcements from the instance's notification
-/// connection: a resync (the subscription was re-established) is
-/// [`Announced::Missed`].
-impl Announcements for Followed {
-    async fn next(&mut self) -> Announced {
-        match self.changed().await {
-            None => Announced::Ended,
-            Some(Change::Resync { .. }) => Announced::Missed,
-            Some(Change::Published(last)) => Announced::Seq(last),
-        }
-    }
-}
-
-impl Announcements for watch::Receiver<u64> {
-    async fn next(&mut self) -> Announced {
-        match self.changed().await {
-            Ok(()) => Announced::Seq(*self.borrow_and_update()),
-            Err(_) => Announced::Ended,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::history::memory::{Faults, MemoryHistory, Stored};
-    use gapless::Config;
+    use crate::ids::SessionId;
+    use bytes::Bytes;
+    use gapless::{Config, Ring, SingleWriter, Writer};
+    use std::collections::BTreeMap;
     use std::num::NonZeroU64;
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    use std::time::Duration;
+    use tokio::time::Instant;
 
     const EPOCH: u64 = 7;
 
-    fn ring() -> Arc<Ring> {
-        let epoch = NonZeroU64::new(EPOCH).expect("non-zero");
-        Arc::new(Ring::new(
-            Config::default().events(256).bytes(16 << 10).epoch(epoch),
-        ))
+    /// One instance's copy of a session: its mirror and its committer.
+    struct Replica {
+        id: SessionId,
+        ring: Arc<Ring<SingleWriter>>,
+        mirror: Arc<Mirror>,
+        committer: Arc<Committer>,
+    }
+
+    impl Replica {
+        fn new(id: SessionId) -> Self {
+            let epoch = NonZeroU64::new(EPOCH).expect("non-zero");
+            let writer = Writer::new(Config::default().events(256).bytes(16 << 10).epoch(epoch));
+            let mirror = Arc::new(Mirror::new(id, writer));
+            Self {
+                id,
+                ring: Arc::clone(mirror.ring()),
+                committer: Arc::new(Committer::new(Arc::clone(&mirror))),
+                mirror,
+            }
+        }
+
+        async fn emit(
+            &self,
+            history: &Arc<MemoryHistory>,
+            payload: Bytes,
+            deadline: Instant,
+        ) -> Result<(u64, u64), Arc<ReplicaError>> {
+            self.committer.emit(history, payload, deadline, None).await
+        }
+
+        async fn refresh(&self, history: &MemoryHistory) -> Result<(u64, u64), ReplicaError> {
+            self.mirror.refresh(history).await
+        }
     }
 
     /// A session in `history`, and a replica of it (one instance's copy).
@@ -482,12 +143,12 @@ mod tests {
                 ..Stored::default()
             },
         );
-        Arc::new(Replica::new(id, ring()))
+        Arc::new(Replica::new(id))
     }
 
     /// Another instance's replica of the same session.
     fn elsewhere(replica: &Replica) -> Arc<Replica> {
-        Arc::new(Replica::new(replica.id, ring()))
+        Arc::new(Replica::new(replica.id))
     }
 
     fn payload(n: u64) -> Bytes {
@@ -508,7 +169,7 @@ mod tests {
         history: &Arc<MemoryHistory>,
         n: u64,
     ) -> Option<(u64, u64)> {
-        replica.emit(history, payload(n), later(), None).await.ok()
+        replica.emit(history, payload(n), later()).await.ok()
     }
 
     /// The ring's events after `cursor` as `(seq, payload)`.
@@ -606,7 +267,7 @@ mod tests {
             land_then_fail: true,
             ..Faults::default()
         });
-        let failed = replica.emit(&history, payload(2), later(), None).await;
+        let failed = replica.emit(&history, payload(2), later()).await;
         assert!(
             matches!(
                 failed.as_ref().map_err(|e| &**e),
@@ -635,9 +296,7 @@ mod tests {
     async fn an_emit_past_its_deadline_is_not_appended() {
         let history = Arc::new(MemoryHistory::new(1000, 1 << 20));
         let replica = session(&history);
-        let expired = replica
-            .emit(&history, payload(1), Instant::now(), None)
-            .await;
+        let expired = replica.emit(&history, payload(1), Instant::now()).await;
         assert!(
             matches!(
                 expired.as_ref().map_err(|e| &**e),
@@ -658,7 +317,7 @@ mod tests {
             down: true,
             ..Faults::default()
         });
-        let failed = replica.emit(&history, payload(1), later(), None).await;
+        let failed = replica.emit(&history, payload(1), later()).await;
         assert!(
             matches!(
                 failed.as_ref().map_err(|e| &**e),
@@ -727,7 +386,7 @@ mod tests {
         for n in 0..10 {
             let body = Bytes::from(vec![b'1'; 30 + n as usize]);
             replica
-                .emit(&history, body, later(), None)
+                .emit(&history, body, later())
                 .await
                 .expect("accepted");
         }
@@ -737,7 +396,7 @@ mod tests {
         assert_eq!(stored.events.keys().last(), Some(&10));
         let big = Bytes::from(vec![b'2'; 500]);
         replica
-            .emit(&history, big, later(), None)
+            .emit(&history, big, later())
             .await
             .expect("accepted");
         let stored = history.get(&replica.id).expect("stored");
@@ -755,9 +414,11 @@ mod tests {
         let history = Arc::new(MemoryHistory::new(1000, 1 << 20));
         let writer = session(&history);
         let follower = elsewhere(&writer);
-        follower.follow(&history, history.announcements(), |error| {
-            panic!("stale: {error}")
-        });
+        follower
+            .mirror
+            .follow(&history, history.announcements(), |error| {
+                panic!("stale: {error}")
+            });
         for n in 1..=10 {
             emit(&writer, &history, n).await.expect("accepted");
         }

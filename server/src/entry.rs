@@ -1,0 +1,128 @@
+//! One live session on this instance: the engine's session over its ring,
+//! the ring's writer, and what its streams, the reaper and the limits
+//! watch.
+
+use crate::admission::{ClientSlot, Held};
+use crate::ids::{same_key, PublishKey, SessionId};
+use crate::replica::{Committer, Mirror};
+use gapless::session::{Session, SessionOptions};
+use gapless::{SingleWriter, Writer};
+use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use tokio::sync::watch;
+
+/// One live session and what its streams and the idle reaper watch.
+pub(crate) struct Entry {
+    /// The session's ID.
+    pub(crate) id: SessionId,
+    /// The engine's session: cursors, attachment, tickets, over the ring
+    /// `mirror` writes.
+    pub(crate) session: Session<SingleWriter>,
+    /// The ring's one writer: the session's emits, or with a shared
+    /// history the copy of what it holds.
+    pub(crate) mirror: Arc<Mirror>,
+    /// With a shared history: this instance's emits on their way into it
+    /// (made at the first emit here; never without one).
+    pub(crate) committer: OnceLock<Arc<Committer>>,
+    /// Bumped whenever the session's attachment changes or it ends, so a
+    /// stream that is no longer current (an SSE stream superseded by a
+    /// WebSocket, a deleted session) wakes and ends at once.
+    pub(crate) changed: watch::Sender<u64>,
+    /// Milliseconds since the server's start at the last request naming
+    /// this session or the last detach of a transport: the idle clock.
+    pub(crate) last_active_ms: AtomicU64,
+    /// Streams open on this session, current or being superseded; at most
+    /// `max_streams_per_session` (checked before a stream is opened).
+    pub(crate) streams: AtomicUsize,
+    /// With `--publish-keys`: the key emits and `DELETE` must present.
+    pub(crate) publish_key: Option<PublishKey>,
+    /// What the session holds against the server's limits, from its
+    /// insertion until it ends (`None` before and after).
+    admission: Mutex<Option<Admission>>,
+}
+
+impl Entry {
+    /// Hands the session what it holds against the limits.
+    pub(crate) fn admit(&self, admission: Admission) {
+        *self
+            .admission
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(admission);
+    }
+
+    /// Takes back what the session holds against the limits.
+    pub(crate) fn release(&self) -> Option<Admission> {
+        self.admission
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+
+    /// Whether `presented` (a request's publish key header) may emit into
+    /// and delete this session: always without `--publish-keys`; else only
+    /// this session's key, compared in constant time.
+    pub(crate) fn may_publish(&self, presented: Option<&PublishKey>) -> bool {
+        match (&self.publish_key, presented) {
+            (None, _) => true,
+            (Some(key), Some(presented)) => same_key(key, presented),
+            (Some(_), None) => false,
+        }
+    }
+
+    /// Wakes every stream of this session to re-check whether it is current.
+    pub(crate) fn notify_changed(&self) {
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}
+
+/// What a session holds against the server's limits, given back when it
+/// ends.
+#[derive(Debug)]
+pub(crate) struct Admission {
+    _session: Held,
+    _memory: Held,
+    _client: Option<ClientSlot>,
+}
+
+impl Admission {
+    /// A session slot, its ring's share of the memory budget, and its
+    /// creating client's slot (`None`: not counted per client).
+    pub(crate) fn new(session: Held, memory: Held, client: Option<ClientSlot>) -> Self {
+        Self {
+            _session: session,
+            _memory: memory,
+            _client: client,
+        }
+    }
+}
+
+impl Entry {
+    /// A session `id` over `writer`'s ring, idle since `now_ms`, not yet
+    /// admitted.
+    pub(crate) fn new(
+        id: SessionId,
+        writer: Writer,
+        options: SessionOptions,
+        publish_key: Option<PublishKey>,
+        now_ms: u64,
+    ) -> Self {
+        let session = Session::new(std::sync::Arc::clone(writer.ring()), options);
+        Self {
+            id,
+            session,
+            mirror: Arc::new(Mirror::new(id, writer)),
+            committer: OnceLock::new(),
+            publish_key,
+            admission: Mutex::new(None),
+            changed: watch::channel(0).0,
+            last_active_ms: AtomicU64::new(now_ms),
+            streams: AtomicUsize::new(0),
+        }
+    }
+
+    /// The committer of this session's emits on this instance.
+    pub(crate) fn committer(&self) -> &Arc<Committer> {
+        self.committer
+            .get_or_init(|| Arc::new(Committer::new(Arc::clone(&self.mirror))))
+    }
+}
