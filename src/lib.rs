@@ -101,7 +101,7 @@ pub mod config;
 mod copy;
 pub mod docs;
 mod emit;
-mod epoch;
+pub mod epoch;
 pub mod error;
 mod event;
 pub mod event_id;

@@ -133,7 +133,8 @@ impl<M: EmitMode> Ring<M> {
         Ok(Self {
             epoch: config
                 .fixed_epoch()
-                .map_or_else(crate::epoch::random, |e| e.get()),
+                .unwrap_or_else(crate::epoch::random)
+                .get(),
             geometry,
             base,
             // `base` seqs and no words claimed, all of them published: the
