@@ -144,7 +144,16 @@ impl<K: Kind> Ord for Id<K> {
 /// Redis key form).
 impl<K: Kind> fmt::Display for Id<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.bytes.iter().try_for_each(|b| write!(f, "{b:02x}"))
+        // One `pad` of 32 digits rather than 16 formatted bytes: ids are
+        // formatted on hot paths (a Redis key per call).
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut hex = [0u8; 32];
+        for (pair, byte) in hex.chunks_exact_mut(2).zip(self.bytes) {
+            pair[0] = DIGITS[usize::from(byte >> 4)];
+            pair[1] = DIGITS[usize::from(byte & 0x0f)];
+        }
+        // Every byte is an ASCII hex digit.
+        f.pad(std::str::from_utf8(&hex).map_err(|_| fmt::Error)?)
     }
 }
 
