@@ -48,6 +48,7 @@ async fn server(redis: Option<&RedisServer>) -> (RunningServer, Client) {
     let config = ServerConfig {
         redis: redis.map(|redis| HistoryConfig {
             url: redis.url(),
+            cluster: false,
             timeout: Duration::from_secs(5),
             retention: 4096,
             retention_bytes: 4 << 20,

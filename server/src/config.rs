@@ -182,7 +182,12 @@ impl ServerConfig {
         ];
         if let Some(redis) = &self.redis {
             timers.push(("--redis-timeout", redis.timeout, MIN_DURATION));
-            if redis.ca_file.is_some() && !redis.url.starts_with("rediss://") {
+            redis.check_urls()?;
+            let tls = redis
+                .seeds()
+                .iter()
+                .all(|seed| seed.starts_with("rediss://"));
+            if redis.ca_file.is_some() && !tls {
                 return Err(InvalidConfig::CaFileWithoutTls);
             }
         }
@@ -335,6 +340,18 @@ pub enum InvalidConfig {
         /// What was asked.
         percent: u8,
     },
+    /// `--redis` with a list of URLs: one Redis is one URL, a Redis
+    /// Cluster is `--redis-cluster`.
+    RedisUrlList,
+    /// A seed of `--redis-cluster` that is not `redis://HOST[:PORT]` or
+    /// `rediss://HOST[:PORT]` (empty, a Unix socket, another scheme).
+    ClusterSeed {
+        /// The seed, its credentials redacted.
+        seed: String,
+    },
+    /// `--redis-cluster` seeds of both `redis://` and `rediss://`: every
+    /// node of a cluster is reached alike.
+    ClusterMixedTls,
 }
 
 impl fmt::Display for InvalidConfig {
@@ -358,6 +375,16 @@ impl fmt::Display for InvalidConfig {
             Self::MemoryPercent { percent } => {
                 write!(f, "--memory-budget {percent}%: expected 1% to 100%")
             }
+            Self::RedisUrlList => f.write_str(
+                "--redis takes one Redis URL; the nodes of a Redis Cluster go to --redis-cluster",
+            ),
+            Self::ClusterSeed { seed } => write!(
+                f,
+                "--redis-cluster {seed:?}: expected redis://HOST[:PORT] or rediss://HOST[:PORT]"
+            ),
+            Self::ClusterMixedTls => f.write_str(
+                "--redis-cluster: every seed is redis:// or every seed is rediss://, not both",
+            ),
         }
     }
 }
@@ -368,8 +395,15 @@ impl std::error::Error for InvalidConfig {}
 /// its credentials redacted ([`HistoryConfig::redacted_url`]).
 #[derive(Clone)]
 pub struct HistoryConfig {
-    /// The Redis URL (`redis://HOST:PORT[/DB]`, `unix:///path`).
+    /// The Redis URL (`redis://HOST:PORT[/DB]`, `unix:///path`); with
+    /// [`cluster`](Self::cluster), the seed nodes, comma-separated
+    /// ([`HistoryConfig::seeds`]).
     pub url: String,
+    /// `false`: `url` is one Redis. `true` (`--redis-cluster`): `url` lists
+    /// seed nodes of one Redis Cluster, each `redis://HOST[:PORT]` or each
+    /// `rediss://HOST[:PORT]` ([`ServerConfig::validate`] checks it); the
+    /// client learns the other nodes from them.
+    pub cluster: bool,
     /// Deadline of every Redis call (default 2 s).
     pub timeout: Duration,
     /// Events kept per session in Redis at most: the server sets it to its
@@ -392,7 +426,55 @@ impl HistoryConfig {
     /// it (`redis://user:secret@host`) becomes `***`, and so does a
     /// `pass` / `password` query parameter (`redis+unix:///s?pass=secret`).
     pub fn redacted_url(&self) -> String {
-        redact_url(&self.url)
+        self.url
+            .split(',')
+            .map(redact_url)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The nodes to connect to: `url`, or with
+    /// [`cluster`](Self::cluster) each of its comma-separated seeds.
+    pub fn seeds(&self) -> Vec<&str> {
+        if self.cluster {
+            self.url.split(',').map(str::trim).collect()
+        } else {
+            vec![self.url.as_str()]
+        }
+    }
+
+    /// Refuses a list given as one Redis, and a cluster seed that is not a
+    /// TCP Redis URL or whose TLS differs from the others'.
+    fn check_urls(&self) -> Result<(), InvalidConfig> {
+        const SCHEMES: [&str; 2] = ["redis://", "rediss://"];
+        if !self.cluster {
+            // A comma may be in a password: only what reads as a second
+            // URL makes a list.
+            let listed = self.url.split(',').skip(1).any(|part| {
+                let part = part.trim_start();
+                SCHEMES.iter().any(|scheme| part.starts_with(scheme)) || part.contains("unix://")
+            });
+            return if listed {
+                Err(InvalidConfig::RedisUrlList)
+            } else {
+                Ok(())
+            };
+        }
+        let mut tls = None;
+        for seed in self.seeds() {
+            let scheme = SCHEMES
+                .iter()
+                .find(|scheme| seed.starts_with(**scheme))
+                .filter(|scheme| seed.len() > scheme.len())
+                .ok_or_else(|| InvalidConfig::ClusterSeed {
+                    seed: redact_url(seed),
+                })?;
+            let seed_tls = *scheme == "rediss://";
+            if *tls.get_or_insert(seed_tls) != seed_tls {
+                return Err(InvalidConfig::ClusterMixedTls);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -400,6 +482,7 @@ impl fmt::Debug for HistoryConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HistoryConfig")
             .field("url", &self.redacted_url())
+            .field("cluster", &self.cluster)
             .field("timeout", &self.timeout)
             .field("retention", &self.retention)
             .field("retention_bytes", &self.retention_bytes)
@@ -456,7 +539,86 @@ fn redact_url(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::redact_url;
+    use super::{redact_url, HistoryConfig, InvalidConfig, ServerConfig};
+    use std::time::Duration;
+
+    fn with_redis(url: &str, cluster: bool) -> ServerConfig {
+        ServerConfig {
+            redis: Some(HistoryConfig {
+                url: url.into(),
+                cluster,
+                timeout: Duration::from_secs(1),
+                retention: 16,
+                retention_bytes: 1 << 16,
+                idle: Duration::from_secs(60),
+                ca_file: None,
+            }),
+            ..ServerConfig::default()
+        }
+    }
+
+    #[test]
+    fn a_cluster_is_seed_urls_of_one_scheme_and_a_list_is_not_one_redis() {
+        for url in [
+            "redis://127.0.0.1:7000",
+            "redis://a:7000,redis://b:7001,redis://c:7002",
+            "rediss://:s3cret@a:7000, rediss://:s3cret@b:7001",
+        ] {
+            assert_eq!(with_redis(url, true).validate(), Ok(()), "{url}");
+        }
+        // A comma in a password does not make a list.
+        assert_eq!(
+            with_redis("redis://:a,b@host:6379", false).validate(),
+            Ok(())
+        );
+        for (url, cluster, refused) in [
+            (
+                "redis://a:7000,redis://b:7001",
+                false,
+                InvalidConfig::RedisUrlList,
+            ),
+            (
+                "redis://a:7000,redis://b:7001,",
+                true,
+                InvalidConfig::ClusterSeed {
+                    seed: String::new(),
+                },
+            ),
+            (
+                "redis://:s3cret@a:7000,unix:///run/redis.sock",
+                true,
+                InvalidConfig::ClusterSeed {
+                    seed: "unix:///run/redis.sock".into(),
+                },
+            ),
+            (
+                "rediss://:s3cret@a:7000,redis://:s3cret@b:7001",
+                true,
+                InvalidConfig::ClusterMixedTls,
+            ),
+            (
+                "http://:s3cret@a:7000",
+                true,
+                InvalidConfig::ClusterSeed {
+                    seed: "http://***@a:7000".into(),
+                },
+            ),
+        ] {
+            let error = with_redis(url, cluster).validate();
+            assert_eq!(error, Err(refused), "{url}");
+            let shown = error
+                .err()
+                .map(|error| error.to_string())
+                .unwrap_or_default();
+            assert!(!shown.contains("s3cret"), "{shown}");
+        }
+        let config = with_redis("redis://:s3cret@a:7000,redis://:s3cret@b:7001", true);
+        let redacted = config.redis.map(|redis| redis.redacted_url());
+        assert_eq!(
+            redacted.as_deref(),
+            Some("redis://***@a:7000,redis://***@b:7001")
+        );
+    }
 
     #[test]
     fn credentials_in_a_redis_url_never_print() {

@@ -70,6 +70,7 @@ impl MemoryHistory {
         Self {
             config: HistoryConfig {
                 url: "memory://".into(),
+                cluster: false,
                 timeout: Duration::from_secs(1),
                 retention,
                 retention_bytes,

@@ -2,13 +2,22 @@
 //! connection for every call (nothing blocks on it: mirrors learn of new
 //! events from the [`notify`](super::notify) connection and read them
 //! here).
+//!
+//! The connection is one Redis or a Redis Cluster ([`Connection`]); the
+//! calls do not tell them apart. Every key of a session is in the slot of
+//! its hash tag `{id}`, so each per-session call is a single-slot one, and
+//! a cluster routes it by its first key. The group commit puts sessions
+//! of one slot only in one script call on a cluster ([`take_group`]).
 
 use super::{Attach, History, HistoryConfig, HistoryError, Known, Raised, Snapshot};
 use crate::ids::{PublishKey, SessionId};
 use bytes::Bytes;
 use gapless::EventId;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, ErrorKind, RedisError, Script, Value};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, Slot};
+use redis::{Client, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Script, Value};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -20,10 +29,15 @@ use tokio::sync::oneshot;
 /// nor more than 512).
 pub(crate) const READ_BYTES: usize = 256 << 10;
 
-/// The shared history of every session, in one Redis.
+/// The shared history of every session, in one Redis or one Redis
+/// Cluster.
 pub(crate) struct RedisHistory {
+    /// A client for the first node of the URL (the whole Redis, or a
+    /// cluster's first seed): the announcement connection's. A cluster
+    /// broadcasts every `PUBLISH` to all its nodes, so one node hears the
+    /// appends of every slot.
     client: Client,
-    connection: ConnectionManager,
+    connection: Connection,
     config: HistoryConfig,
     scripts: Scripts,
     /// Whether Redis persists every write before answering (probed at
@@ -37,6 +51,125 @@ pub(crate) struct RedisHistory {
 /// Sessions appended per script call at most (each with its batch of up
 /// to `APPEND_BATCH` emits).
 const SESSIONS_PER_CALL: usize = 64;
+
+/// Waiting batches looked through at most for ones that may share a call
+/// with the oldest (bounds the work per call on a cluster, where few
+/// share one).
+const GROUP_WINDOW: usize = 1024;
+
+/// The connection every call goes through. Both are multiplexed, cheap to
+/// clone, and reconnect by themselves; the calls use them as
+/// [`ConnectionLike`], and only the group commit ([`Connection::group`])
+/// and the durability probe ([`Connection::on_every_primary`]) see which.
+#[derive(Clone)]
+enum Connection {
+    /// One Redis (`--redis`).
+    Single(ConnectionManager),
+    /// A Redis Cluster (`--redis-cluster`): a connection per primary,
+    /// each call sent to the node that owns its first key's slot (a
+    /// script's first `KEYS`), `SCRIPT LOAD` to every node. Never retried
+    /// (`retries(0)`): a `MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN` or a
+    /// broken node connection fails that call (`503
+    /// history_unavailable`, as a Redis restart does on one node), and the
+    /// connection repairs itself for the next: a `MOVED` refreshes the slot
+    /// map, a broken connection is reconnected. An append retried after
+    /// its reply was lost could land twice.
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Single(connection) => connection.req_packed_command(cmd),
+            Self::Cluster(connection) => connection.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Single(connection) => connection.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(connection) => connection.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Single(connection) => connection.get_db(),
+            Self::Cluster(connection) => connection.get_db(),
+        }
+    }
+}
+
+impl Connection {
+    /// Which sessions may be appended in one script call with session
+    /// `id`'s: on one Redis all (`None`), on a cluster those of its slot
+    /// (a script's keys must share one).
+    fn group(&self, id: &SessionId) -> Option<Slot> {
+        match self {
+            Self::Single(_) => None,
+            Self::Cluster(_) => Some(Slot::for_key(Keys::of(id).meta)),
+        }
+    }
+
+    /// `cmd`'s answer from every primary: the one Redis, or each primary
+    /// of the cluster (in no particular order).
+    async fn on_every_primary(&self, cmd: &Cmd) -> Result<Vec<Value>, RedisError> {
+        match self {
+            Self::Single(connection) => {
+                let mut connection = connection.clone();
+                Ok(vec![cmd.query_async(&mut connection).await?])
+            }
+            Self::Cluster(connection) => {
+                let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+                match connection
+                    .clone()
+                    .route_command(cmd.clone(), routing)
+                    .await?
+                {
+                    Value::Map(answers) => {
+                        Ok(answers.into_iter().map(|(_, answer)| answer).collect())
+                    }
+                    answer => Ok(vec![answer]),
+                }
+            }
+        }
+    }
+}
+
+/// Takes the batches for one script call out of `waiting` (in arrival
+/// order): the oldest, and after it up to `max` in all of its group found
+/// among the first [`GROUP_WINDOW`]; the others keep their order.
+fn take_group<T, G: PartialEq>(
+    waiting: &mut Vec<T>,
+    max: usize,
+    group: impl Fn(&T) -> G,
+) -> Vec<T> {
+    let Some(oldest) = waiting.first() else {
+        return Vec::new();
+    };
+    let wanted = group(oldest);
+    let mut taken = Vec::new();
+    let mut kept = Vec::new();
+    let mut rest = std::mem::take(waiting).into_iter();
+    for (looked, pending) in rest.by_ref().enumerate() {
+        if taken.len() < max && group(&pending) == wanted {
+            taken.push(pending);
+        } else {
+            kept.push(pending);
+        }
+        if taken.len() == max || looked + 1 == GROUP_WINDOW {
+            break;
+        }
+    }
+    kept.extend(rest);
+    *waiting = kept;
+    taken
+}
 
 /// One session's batch waiting for the next script call.
 struct Pending {
@@ -84,7 +217,7 @@ impl Commits {
     /// carries all of them.
     async fn flush(
         self: Arc<Self>,
-        connection: ConnectionManager,
+        connection: Connection,
         script: Script,
         config: HistoryConfig,
         lossless: bool,
@@ -93,11 +226,9 @@ impl Commits {
             let Ok(permit) = Arc::clone(&self.in_flight).acquire_owned().await else {
                 return;
             };
-            let calls: Vec<Pending> = {
-                let mut waiting = self.queue();
-                let n = waiting.len().min(SESSIONS_PER_CALL);
-                waiting.drain(..n).collect()
-            };
+            let calls: Vec<Pending> = take_group(&mut self.queue(), SESSIONS_PER_CALL, |pending| {
+                connection.group(&pending.id)
+            });
             if calls.is_empty() {
                 drop(permit);
                 self.flushing.store(false, Ordering::Release);
@@ -132,7 +263,7 @@ impl Commits {
 /// One script call appending `calls`; each session's `(epoch, first)` or
 /// its own error.
 async fn commit(
-    connection: &ConnectionManager,
+    connection: &Connection,
     script: &Script,
     config: &HistoryConfig,
     lossless: bool,
@@ -229,46 +360,77 @@ impl Keys {
 }
 
 impl RedisHistory {
-    /// Connects to the Redis at `config.url` and checks that it answers.
+    /// Connects to the Redis at `config.url` (or the Redis Cluster of its
+    /// seeds) and checks that it answers.
     ///
     /// # Errors
-    /// A malformed URL or a Redis that does not answer `PING` in time.
+    /// A malformed URL, an unreadable `--redis-ca-file`, a cluster whose
+    /// slot map cannot be read in time, or a Redis that does not answer
+    /// `PING` in time.
     pub(crate) async fn connect(config: HistoryConfig) -> Result<Self, HistoryError> {
         let redacted = config.redacted_url();
-        // The crate's own words, with the URL (and so its credentials)
+        let seeds = config.seeds();
+        // The crate's own words, with the URLs (and so their credentials)
         // never in them.
         let not_a_url = |e: RedisError| {
-            HistoryError::Unavailable(format!(
-                "{redacted}: {}",
-                e.to_string().replace(config.url.as_str(), &redacted)
-            ))
-        };
-        let client = match &config.ca_file {
-            None => Client::open(config.url.as_str()).map_err(not_a_url)?,
-            Some(path) => {
-                let root_cert = std::fs::read(path).map_err(|error| {
-                    HistoryError::Unavailable(format!(
-                        "{redacted}: --redis-ca-file {}: {error}",
-                        path.display()
-                    ))
-                })?;
-                let certificates = redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(root_cert),
-                };
-                Client::build_with_tls(config.url.as_str(), certificates).map_err(not_a_url)?
+            let mut words = e.to_string().replace(config.url.as_str(), &redacted);
+            for (seed, shown) in seeds.iter().zip(redacted.split(',')) {
+                words = words.replace(seed, shown.trim());
             }
+            HistoryError::Unavailable(format!("{redacted}: {words}"))
         };
-        // Our own deadline bounds every call; the manager's retries only
-        // shorten the outage after Redis comes back.
-        let manager = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(config.timeout))
-            .set_connection_timeout(Some(config.timeout))
-            .set_number_of_retries(2)
-            .set_min_delay(Duration::from_millis(50))
-            .set_max_delay(Duration::from_millis(500));
-        let connection = ConnectionManager::new_lazy_with_config(client.clone(), manager)
-            .map_err(unavailable)?;
+        let first = seeds.first().copied().unwrap_or_default();
+        let root_cert = match &config.ca_file {
+            None => None,
+            Some(path) => Some(std::fs::read(path).map_err(|error| {
+                HistoryError::Unavailable(format!(
+                    "{redacted}: --redis-ca-file {}: {error}",
+                    path.display()
+                ))
+            })?),
+        };
+        let certificates = || redis::TlsCertificates {
+            client_tls: None,
+            root_cert: root_cert.clone(),
+        };
+        let client = match &root_cert {
+            None => Client::open(first).map_err(not_a_url)?,
+            Some(_) => Client::build_with_tls(first, certificates()).map_err(not_a_url)?,
+        };
+        let connection = if config.cluster {
+            let mut cluster = ClusterClient::builder(seeds.iter().copied())
+                .connection_timeout(config.timeout)
+                .response_timeout(config.timeout)
+                .retries(0);
+            if root_cert.is_some() {
+                cluster = cluster.certs(certificates());
+            }
+            let cluster = cluster.build().map_err(not_a_url)?;
+            // Connects to every node it learns of from the seeds.
+            let connection = bounded(config.timeout, cluster.get_async_connection())
+                .await
+                .map_err(|error| match error {
+                    HistoryError::Unavailable(cause) => HistoryError::Unavailable(format!(
+                        "{redacted}: {}",
+                        cause.replace(config.url.as_str(), &redacted)
+                    )),
+                    other => other,
+                })?;
+            Connection::Cluster(connection)
+        } else {
+            // Our own deadline bounds every call; the manager's retries
+            // only shorten the outage after Redis comes back.
+            let manager = ConnectionManagerConfig::new()
+                .set_response_timeout(Some(config.timeout))
+                .set_connection_timeout(Some(config.timeout))
+                .set_number_of_retries(2)
+                .set_min_delay(Duration::from_millis(50))
+                .set_max_delay(Duration::from_millis(500));
+            Connection::Single(
+                ConnectionManager::new_lazy_with_config(client.clone(), manager)
+                    .map_err(unavailable)?,
+            )
+        };
         let history = Self {
             client,
             connection,
@@ -295,55 +457,79 @@ impl RedisHistory {
 
     /// Whether this Redis can lose writes it acknowledged: not unless it
     /// has `appendonly yes` and `appendfsync always` (`CONFIG GET`; a
-    /// managed Redis may refuse it: then it may). Logged once; appends
+    /// managed Redis may refuse it: then it may). On a cluster, every
+    /// primary is asked, and all must have both. Logged once; appends
     /// tell the script (see `append.lua`). Replication is not considered:
     /// a replica promoted after a failover is found by its `run_id`.
     async fn probe_durability(&self) {
         let appendonly = self.config_get("appendonly").await;
         let appendfsync = self.config_get("appendfsync").await;
-        let lossless =
-            appendonly.as_deref() == Some("yes") && appendfsync.as_deref() == Some("always");
+        let all = |settings: &[Option<String>], wanted: &str| {
+            !settings.is_empty()
+                && settings
+                    .iter()
+                    .all(|setting| setting.as_deref() == Some(wanted))
+        };
+        let lossless = all(&appendonly, "yes") && all(&appendfsync, "always");
         self.lossless.store(lossless, Ordering::Relaxed);
         if lossless {
             tracing::info!(
                 "Redis persists every append before answering (appendonly yes, appendfsync always): a restart loses no acknowledged event"
             );
         } else {
-            let found = |setting: Option<String>| setting.unwrap_or_else(|| "unknown".into());
+            let found = |settings: Vec<Option<String>>| {
+                let settings: Vec<String> = settings
+                    .into_iter()
+                    .map(|setting| setting.unwrap_or_else(|| "unknown".into()))
+                    .collect();
+                if settings.is_empty() {
+                    "unknown".to_owned()
+                } else {
+                    settings.join(",")
+                }
+            };
             tracing::warn!(
                 appendonly = %found(appendonly),
                 appendfsync = %found(appendfsync),
                 "Redis can lose acknowledged events (it needs appendonly yes and appendfsync always): a session appended to after a Redis restart continues under a new epoch, and a client holding an earlier cursor is answered 409 foreign_epoch"
             );
         }
-        let mut connection = self.connection.clone();
-        let info = self
+        let infos = self
             .call(
-                redis::cmd("INFO")
-                    .arg("server")
-                    .query_async::<String>(&mut connection),
+                self.connection
+                    .on_every_primary(redis::cmd("INFO").arg("server")),
             )
             .await
             .unwrap_or_default();
-        if !info.lines().any(|line| line.starts_with("run_id:")) {
+        let has_run_id = |info: Value| {
+            text_of(info).is_ok_and(|info| info.lines().any(|line| line.starts_with("run_id:")))
+        };
+        if infos.is_empty() || !infos.into_iter().all(has_run_id) {
             tracing::warn!(
                 "Redis shows no run_id (INFO server): a Redis restart that lost events is found only by an instance that had seen them"
             );
         }
     }
 
-    /// A setting of Redis (`CONFIG GET`); `None` if refused or unknown.
-    async fn config_get(&self, name: &str) -> Option<String> {
-        let mut connection = self.connection.clone();
-        let answer = self
+    /// A setting of Redis (`CONFIG GET`) on every primary; `None` where
+    /// refused or unknown, nothing if no primary answered.
+    async fn config_get(&self, name: &str) -> Vec<Option<String>> {
+        let answers = self
             .call(
-                redis::cmd("CONFIG")
-                    .arg("GET")
-                    .arg(name)
-                    .query_async::<Vec<String>>(&mut connection),
+                self.connection
+                    .on_every_primary(redis::cmd("CONFIG").arg("GET").arg(name)),
             )
-            .await;
-        answer.ok()?.into_iter().nth(1)
+            .await
+            .unwrap_or_default();
+        answers
+            .into_iter()
+            .map(|answer| match answer {
+                Value::Array(pair) | Value::Set(pair) => pair.into_iter().nth(1),
+                Value::Map(pairs) => pairs.into_iter().next().map(|(_, value)| value),
+                _ => None,
+            })
+            .map(|value| value.and_then(|value| text_of(value).ok()))
+            .collect()
     }
 
     /// Runs one call under the deadline, typing its error.
@@ -748,4 +934,55 @@ fn entries(value: Value) -> Result<Vec<(u64, Bytes)>, HistoryError> {
             Ok((seq, payload))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{take_group, Keys, GROUP_WINDOW};
+    use crate::ids::SessionId;
+    use redis::cluster_routing::Slot;
+
+    #[test]
+    fn a_sessions_keys_are_in_the_slot_of_its_hash_tag() {
+        // The slots Redis computes (`CLUSTER KEYSLOT`, checked on a
+        // redis-server 7.0 in cluster mode).
+        assert_eq!(
+            Slot::for_key("{user1000}.following"),
+            Slot::new(3443).expect("a slot")
+        );
+        assert_eq!(Slot::for_key("somekey"), Slot::new(11058).expect("a slot"));
+        let id = SessionId::random().expect("the OS random source");
+        let keys = Keys::of(&id);
+        let slot = Slot::for_key(format!("{{{id}}}"));
+        for key in [
+            keys.meta,
+            keys.stream,
+            keys.sizes,
+            Keys::ticket(&id, "00ff"),
+        ] {
+            assert_eq!(Slot::for_key(&key), slot, "{key}");
+        }
+    }
+
+    #[test]
+    fn a_call_takes_the_oldest_and_its_group_in_order_and_keeps_the_others_in_order() {
+        let mut waiting = vec![(1, 'a'), (2, 'b'), (1, 'c'), (3, 'd'), (1, 'e'), (1, 'f')];
+        let taken = take_group(&mut waiting, 3, |(group, _)| *group);
+        assert_eq!(taken, [(1, 'a'), (1, 'c'), (1, 'e')]);
+        assert_eq!(waiting, [(2, 'b'), (3, 'd'), (1, 'f')]);
+        let taken = take_group(&mut waiting, 3, |(group, _)| *group);
+        assert_eq!(taken, [(2, 'b')]);
+        assert_eq!(waiting, [(3, 'd'), (1, 'f')]);
+        // One Redis: one group, taken from the front.
+        let mut waiting: Vec<u32> = (0..10).collect();
+        assert_eq!(take_group(&mut waiting, 4, |_| ()), [0, 1, 2, 3]);
+        assert_eq!(waiting, [4, 5, 6, 7, 8, 9]);
+        assert!(take_group(&mut Vec::<u32>::new(), 4, |_| ()).is_empty());
+        // Past the window nothing is looked at, nor reordered.
+        let mut waiting: Vec<usize> = (0..GROUP_WINDOW + 10).map(|i| i % 2).collect();
+        let taken = take_group(&mut waiting, usize::MAX, |group| *group);
+        assert_eq!(taken.len(), GROUP_WINDOW / 2);
+        assert_eq!(waiting.len(), GROUP_WINDOW / 2 + 10);
+        assert!(waiting[..GROUP_WINDOW / 2].iter().all(|group| *group == 1));
+    }
 }

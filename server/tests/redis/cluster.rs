@@ -1,6 +1,8 @@
-//! What the tests share: instances of `gapless-server serve --redis`, and
-//! clients that emit and read the way a careful client does.
+//! What the tests share: instances of `gapless-server serve --redis` (or
+//! `--redis-cluster`), and clients that emit and read the way a careful
+//! client does.
 
+use crate::redis_cluster::RedisCluster;
 use crate::redis_server::RedisServer;
 use crate::support::{launch, ChildGuard, IO};
 use gapless::EventId;
@@ -12,11 +14,31 @@ use std::time::{Duration, Instant};
 /// How long a test waits for a recovery at most.
 pub const RECOVERY: Duration = Duration::from_secs(20);
 
-/// An instance of `gapless-server serve --redis URL` with a 1 s Redis
+/// Where instances keep the shared history.
+pub trait Deployment {
+    /// The `serve` flags that name it.
+    fn flags(&self) -> Vec<String>;
+}
+
+impl Deployment for RedisServer {
+    /// `--redis URL`.
+    fn flags(&self) -> Vec<String> {
+        vec!["--redis".into(), self.url()]
+    }
+}
+
+impl Deployment for RedisCluster {
+    /// `--redis-cluster URL,URL,URL`: every node a seed.
+    fn flags(&self) -> Vec<String> {
+        vec!["--redis-cluster".into(), self.urls().join(",")]
+    }
+}
+
+/// An instance of `gapless-server serve` over `redis` with a 1 s Redis
 /// deadline (unless `extra` sets one) and `extra` flags.
-pub async fn instance(redis: &RedisServer, extra: &[&str]) -> (ChildGuard, Client) {
-    let url = redis.url();
-    let mut args = vec!["--redis", url.as_str()];
+pub async fn instance(redis: &impl Deployment, extra: &[&str]) -> (ChildGuard, Client) {
+    let flags = redis.flags();
+    let mut args: Vec<&str> = flags.iter().map(String::as_str).collect();
     if !extra.contains(&"--redis-timeout") {
         args.extend(["--redis-timeout", "1"]);
     }
@@ -105,6 +127,48 @@ impl Received {
                     self.last
                 ),
             }
+        }
+    }
+}
+
+/// Emits `count` payloads to each of `sessions` (ID, epoch) at once, one
+/// emitter per session, each emit through the other instance than that
+/// session's previous one (a round-robin balancer). Every emit must be
+/// accepted, each session's seqs must be exactly `1..=count`, and a reader
+/// on either instance must get every payload at the seq its `202` named.
+pub async fn round_robin(clients: [&Client; 2], sessions: &[(String, u64)], count: u64) {
+    let emitters = sessions
+        .iter()
+        .enumerate()
+        .map(|(emitter, (session, _))| async move {
+            let mut acked = BTreeMap::new();
+            for index in 0..count {
+                let client = clients[usize::from(index % 2 == 1)];
+                let body = payload(emitter, index);
+                let id = client
+                    .emit_raw(session, body.clone())
+                    .await
+                    .unwrap_or_else(|error| panic!("emit {index} to {session}: {error}"));
+                assert!(
+                    acked.insert(id.seq, body).is_none(),
+                    "{session}: seq {} twice",
+                    id.seq
+                );
+            }
+            assert_eq!(
+                acked.keys().copied().collect::<Vec<_>>(),
+                (1..=count).collect::<Vec<_>>(),
+                "{session}"
+            );
+            acked
+        });
+    let acked = futures_util::future::join_all(emitters).await;
+    for ((session, epoch), acked) in sessions.iter().zip(acked) {
+        for client in clients {
+            let mut received = Received::default();
+            let mut stream = client.open_sse(session, None).await.expect("SSE");
+            received.read_through(&mut stream, count, *epoch).await;
+            assert_eq!(received.events, acked, "{session} on {}", client.base_url());
         }
     }
 }

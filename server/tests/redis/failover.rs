@@ -3,7 +3,9 @@
 //! Redis paused mid-append, Redis back without events it acknowledged (an
 //! older snapshot, an older backup).
 
-use crate::cluster::{emit_retrying, instance, open_sse_retrying, payload, Received, RECOVERY};
+use crate::cluster::{
+    emit_retrying, instance, open_sse_retrying, payload, round_robin, Received, RECOVERY,
+};
 use crate::redis_server::{Persistence, RedisServer};
 use crate::support::{bounded, scrape, signal, IO};
 use gapless::EventId;
@@ -130,26 +132,12 @@ async fn round_robin_emits_through_two_instances_are_all_accepted_in_one_dense_o
         let (_b, client_b) = instance(&redis, &[]).await;
         let created = client_a.create_session().await.expect("create on A");
         let session = created.session.clone();
-        let mut acked = BTreeMap::new();
-        for index in 0..300 {
-            let client = if index % 2 == 0 { &client_a } else { &client_b };
-            let body = payload(0, index);
-            let id = client
-                .emit_raw(&session, body.clone())
-                .await
-                .unwrap_or_else(|error| panic!("emit {index}: {error}"));
-            assert!(acked.insert(id.seq, body).is_none(), "seq {} twice", id.seq);
-        }
-        assert_eq!(
-            acked.keys().copied().collect::<Vec<_>>(),
-            (1..=300).collect::<Vec<_>>()
-        );
-        for client in [&client_a, &client_b] {
-            let mut received = Received::default();
-            let mut stream = client.open_sse(&session, None).await.expect("SSE");
-            received.read_through(&mut stream, 300, created.epoch).await;
-            assert_eq!(received.events, acked, "{}", client.base_url());
-        }
+        round_robin(
+            [&client_a, &client_b],
+            &[(session.clone(), created.epoch)],
+            300,
+        )
+        .await;
         signal(&a, "STOP");
         for index in 300..310 {
             let id = client_b

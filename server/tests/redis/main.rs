@@ -5,7 +5,11 @@
 //! is lost, duplicated or reordered, and that every refusal carries the
 //! same figures on every instance.
 //!
-//! Needs `redis-server` (Debian's package; `.ci/run` installs it). Every
+//! `on_a_cluster` runs scenarios over a Redis Cluster of three local
+//! nodes (`serve --redis-cluster`).
+//!
+//! Needs `redis-server` and `redis-cli` (Debian's redis-server and
+//! redis-tools packages; `.ci/run` installs them). Every
 //! wait is bounded; waiting for a recovery is polling with a
 //! deadline, as a client honouring `Retry-After` would.
 
@@ -23,6 +27,8 @@ mod bounds;
 mod cluster;
 mod expiry;
 mod failover;
+mod on_a_cluster;
+mod redis_cluster;
 mod redis_server;
 mod resume_anywhere;
 mod retention;

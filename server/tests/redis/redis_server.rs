@@ -32,12 +32,19 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     persistence: Persistence,
+    /// More `redis-server` arguments (a cluster node's).
+    extra: Vec<String>,
 }
 
 impl RedisServer {
     /// Starts one on a free port. Fails the test when `redis-server` is not
     /// installed (`.ci/run` installs Debian's package).
     pub fn start(persistence: Persistence) -> Self {
+        Self::start_with(persistence, &[])
+    }
+
+    /// Starts one on a free port with `extra` arguments to `redis-server`.
+    pub fn start_with(persistence: Persistence, extra: &[&str]) -> Self {
         let dir =
             std::env::temp_dir().join(format!("gapless-redis-{}-{}", std::process::id(), unique()));
         std::fs::create_dir_all(&dir).expect("a directory for redis-server");
@@ -50,12 +57,18 @@ impl RedisServer {
                 port,
                 dir: dir.clone(),
                 persistence,
+                extra: extra.iter().map(|arg| (*arg).to_owned()).collect(),
             };
             if server.spawn() {
                 return server;
             }
         }
         panic!("redis-server did not start on a free port in 5 tries");
+    }
+
+    /// The loopback port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// `redis://127.0.0.1:PORT`.
@@ -76,6 +89,7 @@ impl RedisServer {
             .args(["--appendfsync", "always"])
             .args(["--dir", &self.dir.to_string_lossy()])
             .args(["--logfile", ""])
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

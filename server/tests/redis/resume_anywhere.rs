@@ -2,7 +2,7 @@
 //! does not own the session, live events from the owner through it, and
 //! cursors recorded on one instance legitimate on the others.
 
-use crate::cluster::{instance, payload, Received};
+use crate::cluster::{instance, payload, Deployment, Received};
 use crate::redis_server::{Persistence, RedisServer};
 use crate::support::{bounded, next_frame, refusal};
 use gapless::EventId;
@@ -16,77 +16,82 @@ use gapless_client::{ClientError, Incoming, Refusal};
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_client_migrates_on_an_instance_that_does_not_own_the_session() {
     bounded("resume anywhere", async {
-        let redis = RedisServer::start(Persistence::None);
-        let (_a, client_a) = instance(&redis, &[]).await;
-        let (_b, client_b) = instance(&redis, &[]).await;
-        let created = client_a.create_session().await.expect("create on A");
-        let (session, epoch) = (created.session.clone(), created.epoch);
-        for index in 0..4 {
-            client_a
-                .emit_raw(&session, payload(0, index))
-                .await
-                .expect("emit");
-        }
-        let mut received = Received::default();
-        let mut stream = client_b.open_sse(&session, None).await.expect("SSE on B");
-        received.read_through(&mut stream, 4, epoch).await;
-        drop(stream);
-        // Emitted on A while the client moves: the gap to replay.
-        for index in 4..8 {
-            client_a
-                .emit_raw(&session, payload(0, index))
-                .await
-                .expect("emit");
-        }
-        let cursor = EventId { epoch, seq: 4 };
-        let grant = client_b
-            .upgrade(&session, cursor)
-            .await
-            .expect("upgrade on B");
-        assert_eq!((grant.replay_from, grant.replay_to), (5, 8));
-        let mut socket = client_b.connect_ws(&grant).await.expect("WebSocket on B");
-        for seq in 5..=8 {
-            match next_frame(&mut socket, "replay on B").await {
-                Incoming::Event(event) => received.record(event.id, event.data, epoch),
-                other => panic!("expected frame {seq}, got {other:?}"),
-            }
-        }
-        // Live: emitted on A, delivered by B.
-        for index in 8..12 {
-            client_a
-                .emit_raw(&session, payload(0, index))
-                .await
-                .expect("emit");
-            match next_frame(&mut socket, "live on B").await {
-                Incoming::Event(event) => received.record(event.id, event.data, epoch),
-                other => panic!("expected a live frame, got {other:?}"),
-            }
-        }
-        for (seq, data) in &received.events {
-            assert_eq!(*data, payload(0, seq - 1));
-        }
-        drop(socket);
-
-        // B sent up to 12; A never did, yet A accepts that cursor.
-        let mut resumed = client_a
-            .open_sse(&session, Some(EventId { epoch, seq: 12 }))
-            .await
-            .expect("A accepts a cursor B sent");
-        client_a
-            .emit_raw(&session, payload(0, 12))
-            .await
-            .expect("emit");
-        received.read_through(&mut resumed, 13, epoch).await;
-        // Nobody sent 14 (it does not exist): ahead on both.
-        for (name, client) in [("A", &client_a), ("B", &client_b)] {
-            let ahead = EventId { epoch, seq: 14 };
-            match refusal(client.open_sse(&session, Some(ahead)).await, name) {
-                Refusal::CursorAhead { cursor: 14, .. } => {}
-                other => panic!("{name}: {other:?}"),
-            }
-        }
+        migrate(&RedisServer::start(Persistence::None)).await;
     })
     .await;
+}
+
+/// The body of [`a_client_migrates_on_an_instance_that_does_not_own_the_session`]
+/// over `redis`.
+pub async fn migrate(redis: &impl Deployment) {
+    let (_a, client_a) = instance(redis, &[]).await;
+    let (_b, client_b) = instance(redis, &[]).await;
+    let created = client_a.create_session().await.expect("create on A");
+    let (session, epoch) = (created.session.clone(), created.epoch);
+    for index in 0..4 {
+        client_a
+            .emit_raw(&session, payload(0, index))
+            .await
+            .expect("emit");
+    }
+    let mut received = Received::default();
+    let mut stream = client_b.open_sse(&session, None).await.expect("SSE on B");
+    received.read_through(&mut stream, 4, epoch).await;
+    drop(stream);
+    // Emitted on A while the client moves: the gap to replay.
+    for index in 4..8 {
+        client_a
+            .emit_raw(&session, payload(0, index))
+            .await
+            .expect("emit");
+    }
+    let cursor = EventId { epoch, seq: 4 };
+    let grant = client_b
+        .upgrade(&session, cursor)
+        .await
+        .expect("upgrade on B");
+    assert_eq!((grant.replay_from, grant.replay_to), (5, 8));
+    let mut socket = client_b.connect_ws(&grant).await.expect("WebSocket on B");
+    for seq in 5..=8 {
+        match next_frame(&mut socket, "replay on B").await {
+            Incoming::Event(event) => received.record(event.id, event.data, epoch),
+            other => panic!("expected frame {seq}, got {other:?}"),
+        }
+    }
+    // Live: emitted on A, delivered by B.
+    for index in 8..12 {
+        client_a
+            .emit_raw(&session, payload(0, index))
+            .await
+            .expect("emit");
+        match next_frame(&mut socket, "live on B").await {
+            Incoming::Event(event) => received.record(event.id, event.data, epoch),
+            other => panic!("expected a live frame, got {other:?}"),
+        }
+    }
+    for (seq, data) in &received.events {
+        assert_eq!(*data, payload(0, seq - 1));
+    }
+    drop(socket);
+
+    // B sent up to 12; A never did, yet A accepts that cursor.
+    let mut resumed = client_a
+        .open_sse(&session, Some(EventId { epoch, seq: 12 }))
+        .await
+        .expect("A accepts a cursor B sent");
+    client_a
+        .emit_raw(&session, payload(0, 12))
+        .await
+        .expect("emit");
+    received.read_through(&mut resumed, 13, epoch).await;
+    // Nobody sent 14 (it does not exist): ahead on both.
+    for (name, client) in [("A", &client_a), ("B", &client_b)] {
+        let ahead = EventId { epoch, seq: 14 };
+        match refusal(client.open_sse(&session, Some(ahead)).await, name) {
+            Refusal::CursorAhead { cursor: 14, .. } => {}
+            other => panic!("{name}: {other:?}"),
+        }
+    }
 }
 
 /// Deleted on one instance, gone on every one: the other's copy answers

@@ -119,6 +119,16 @@ pub struct ServeArgs {
     /// `202`; any instance resumes any session.
     #[arg(long, env = "GAPLESS_REDIS")]
     redis: Option<String>,
+    /// Several instances over a Redis Cluster: seed nodes
+    /// (`redis://HOST:PORT`; repeatable, or comma-separated), from which
+    /// the other nodes are learnt. Instead of --redis.
+    #[arg(
+        long,
+        env = "GAPLESS_REDIS_CLUSTER",
+        value_delimiter = ',',
+        conflicts_with = "redis"
+    )]
+    redis_cluster: Vec<String>,
     /// Emits waiting for Redis on this instance at most; beyond: 503
     /// history_unavailable at once.
     #[arg(long, env = "GAPLESS_MAX_QUEUED_EMITS", default_value_t = 10_000)]
@@ -146,6 +156,16 @@ fn seconds(text: &str) -> Result<Duration, String> {
 }
 
 impl ServeArgs {
+    /// The history's URL and whether it is a cluster's seeds (joined
+    /// with commas, see `HistoryConfig::url`); `None` without Redis.
+    fn redis_url(&self) -> Option<(String, bool)> {
+        match (&self.redis, self.redis_cluster.is_empty()) {
+            (Some(url), _) => Some((url.clone(), false)),
+            (None, false) => Some((self.redis_cluster.join(","), true)),
+            (None, true) => None,
+        }
+    }
+
     fn config(&self) -> Result<ServerConfig, InvalidConfig> {
         let config = ServerConfig {
             ring_events: self.ring_events,
@@ -172,8 +192,9 @@ impl ServeArgs {
             pong_timeout: self.pong_timeout,
             publish_keys: self.publish_keys,
             max_queued_emits: self.max_queued_emits,
-            redis: self.redis.as_ref().map(|url| HistoryConfig {
-                url: url.clone(),
+            redis: self.redis_url().map(|(url, cluster)| HistoryConfig {
+                url,
+                cluster,
                 timeout: self.redis_timeout,
                 retention: self.ring_events,
                 retention_bytes: self.ring_bytes,

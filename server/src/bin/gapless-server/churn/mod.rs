@@ -541,6 +541,7 @@ pub async fn run(
         ring_bytes: config.ring_bytes,
         redis: config.redis.as_ref().map(|url| HistoryConfig {
             url: url.clone(),
+            cluster: false,
             timeout: Duration::from_secs(2),
             retention: config.ring_events,
             retention_bytes: config.ring_bytes,
