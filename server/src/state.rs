@@ -654,7 +654,7 @@ impl std::fmt::Display for StartError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Config(error) => error.fmt(f),
-            Self::History(error) => write!(f, "--redis: {error}"),
+            Self::History(error) => write!(f, "--redis/--redis-cluster: {error}"),
         }
     }
 }

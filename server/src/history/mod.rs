@@ -46,6 +46,12 @@
 pub(crate) mod memory;
 pub(crate) mod notify;
 mod redis_history;
+/// The integration tests' `redis-server` launcher, for the unit tests of
+/// the history's Redis side.
+#[cfg(test)]
+#[allow(dead_code)]
+#[path = "../../tests/redis/redis_server.rs"]
+pub(crate) mod redis_server;
 
 pub use crate::config::HistoryConfig;
 pub(crate) use redis_history::{RedisHistory, READ_BYTES};

@@ -368,16 +368,10 @@ async fn forward(
     }
 }
 
-/// The integration tests' `redis-server` launcher, for these unit tests.
-#[cfg(test)]
-#[allow(dead_code)]
-#[path = "../../tests/redis/redis_server.rs"]
-mod redis_server;
-
 #[cfg(test)]
 mod tests {
-    use super::redis_server::{Persistence, RedisServer};
     use super::*;
+    use crate::history::redis_server::{Persistence, RedisServer};
     use redis::aio::MultiplexedConnection;
     use std::time::Instant;
 

@@ -274,7 +274,7 @@ async fn commit(
     invocation
         .arg(config.retention)
         .arg(config.retention_bytes)
-        .arg(RedisHistory::ms(config.idle))
+        .arg(RedisHistory::keys_ttl(config.idle))
         .arg(if lossless { "1" } else { "0" });
     for pending in calls {
         let keys = Keys::of(&pending.id);
@@ -285,7 +285,7 @@ async fn commit(
             .arg(pending.id.to_string())
             .arg(format!("{:016x}", pending.known.epoch))
             .arg(pending.known.published)
-            .arg(format!("{:016x}", fresh_epoch()))
+            .arg(format!("{:016x}", gapless::epoch::random()))
             .arg(pending.payloads.len());
         for payload in &pending.payloads {
             invocation.arg(payload.as_ref());
@@ -559,6 +559,14 @@ impl RedisHistory {
             .max(1)
     }
 
+    /// The time to live, in ms, every script gives a session's keys: the
+    /// idle period and a quarter of it, so that an append may skip renewing
+    /// it for a fifth of it (see `append.lua`) and the keys still outlive
+    /// the last activity by the idle period.
+    fn keys_ttl(idle: Duration) -> u64 {
+        Self::ms(idle).saturating_add(Self::ms(idle) / 4)
+    }
+
     /// Records a new session with `epoch`. `false` if a session with this
     /// ID exists.
     pub(crate) async fn create(
@@ -573,7 +581,7 @@ impl RedisHistory {
         invocation
             .key(&keys.meta)
             .arg(format!("{epoch:016x}"))
-            .arg(Self::ms(self.config.idle))
+            .arg(Self::keys_ttl(self.config.idle))
             .arg(publish_key.map(|key| key.to_string()).unwrap_or_default());
         let created: i64 = self.call(invocation.invoke_async(&mut connection)).await?;
         Ok(created == 1)
@@ -598,7 +606,7 @@ impl RedisHistory {
             .key(&keys.sizes)
             .arg(acked)
             .arg(sent)
-            .arg(Self::ms(self.config.idle))
+            .arg(Self::keys_ttl(self.config.idle))
             .arg(match attach {
                 Attach::None => String::new(),
                 Attach::New => "new".to_owned(),
@@ -664,7 +672,7 @@ impl RedisHistory {
             .key(&keys.sizes)
             .arg(after)
             .arg(max_bytes)
-            .arg(Self::ms(self.config.idle));
+            .arg(Self::keys_ttl(self.config.idle));
         let value: Value = self.call(invocation.invoke_async(&mut connection)).await?;
         let items = match value {
             Value::Nil => return Ok(None),
@@ -831,26 +839,6 @@ impl History for RedisHistory {
     }
 }
 
-/// A fresh non-zero epoch: 64 bits of the OS random source (an epoch is
-/// not a secret, only unique: if the source fails, std's randomly keyed
-/// hasher over the clock).
-fn fresh_epoch() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let bits = match SessionId::random() {
-        Ok(id) => id.to_bytes()[..8]
-            .iter()
-            .fold(0, |bits, byte| bits << 8 | u64::from(*byte)),
-        Err(_) => {
-            let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-            if let Ok(now) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
-                hasher.write_u128(now.as_nanos());
-            }
-            hasher.finish()
-        }
-    };
-    bits.max(1)
-}
-
 /// `call` within `timeout`, its error typed.
 async fn bounded<T>(
     timeout: Duration,
@@ -984,5 +972,75 @@ mod tests {
         assert_eq!(taken.len(), GROUP_WINDOW / 2);
         assert_eq!(waiting.len(), GROUP_WINDOW / 2 + 10);
         assert!(waiting[..GROUP_WINDOW / 2].iter().all(|group| *group == 1));
+    }
+}
+
+/// The keys' expiry against a real `redis-server`.
+#[cfg(test)]
+mod expiry {
+    use super::{Keys, RedisHistory};
+    use crate::history::redis_server::{Persistence, RedisServer};
+    use crate::history::{History, HistoryConfig, Known};
+    use crate::ids::SessionId;
+    use bytes::Bytes;
+    use std::time::{Duration, Instant};
+
+    /// Appends that mostly skip renewing the keys' expiry (it is renewed
+    /// at most every fifth of its time to live) still leave every key of
+    /// the session alive for at least the idle period after each append,
+    /// measured from before the call: 40 appends over about a second, with
+    /// an idle period of 400 ms, so a session whose appends never renewed
+    /// the keys would be gone halfway, and one renewed every half of the
+    /// time to live would drop below the floor.
+    #[tokio::test]
+    async fn every_append_leaves_the_keys_alive_for_the_idle_period() {
+        let redis = RedisServer::start(Persistence::None);
+        let idle = Duration::from_millis(400);
+        let history = RedisHistory::connect(HistoryConfig {
+            url: redis.url(),
+            cluster: false,
+            timeout: Duration::from_secs(5),
+            retention: 1000,
+            retention_bytes: 1 << 20,
+            idle,
+            ca_file: None,
+        })
+        .await
+        .expect("redis-server answers");
+        let id = SessionId::random().expect("the OS random source");
+        assert!(history.create(&id, 7, None).await.expect("created"));
+        let mut probe = redis::Client::open(redis.url())
+            .expect("a URL")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("a probe connection");
+        let keys = Keys::of(&id);
+        for published in 0..40 {
+            let started = Instant::now();
+            let known = Known {
+                epoch: 7,
+                published,
+            };
+            let (epoch, first) = history
+                .append(&id, known, &[Bytes::from_static(b"{}")])
+                .await
+                .expect("appended");
+            assert_eq!((epoch, first), (7, published + 1));
+            for key in [&keys.meta, &keys.stream, &keys.sizes] {
+                let ttl_ms: i64 = redis::cmd("PTTL")
+                    .arg(key)
+                    .query_async(&mut probe)
+                    .await
+                    .expect("PTTL");
+                let floor = idle.saturating_sub(started.elapsed()).as_millis();
+                assert!(
+                    i128::from(ttl_ms) >= floor as i128,
+                    "append {first}: {key} expires in {ttl_ms} ms, sooner than the idle period ({floor} ms left of it)"
+                );
+            }
+            // Paces the appends over time (what the test is about); no
+            // other task is waited for.
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
     }
 }
