@@ -3,7 +3,8 @@
 -- seq. One call carries the waiting batches of several sessions (group
 -- commit across sessions). Each session is then trimmed to the ring's
 -- limits, in events and in payload bytes (never below the newest event),
--- and its append announced.
+-- and its append announced on the session's own channel (only instances
+-- that follow the session subscribe to it).
 -- KEYS: per session, meta, stream, sizes (a list: the payload length of
 -- each retained event, oldest first). ARGV: max events, max bytes, the
 -- keys' time to live in ms (`ttl`), lossless ('1': Redis persists every write before answering), then
@@ -101,7 +102,7 @@ for s = 0, #KEYS / 3 - 1 do
       redis.call('HSET', meta, 'published', string.format('%d', published), 'bytes',
         string.format('%d', bytes), 'retained', string.format('%d', retained))
     end
-    redis.call('PUBLISH', 'gapless:appended', id .. ' ' .. string.format('%d', published))
+    redis.call('PUBLISH', 'gapless:appended:' .. id, id .. ' ' .. string.format('%d', published))
     results[s + 1] = {epoch, published - count + 1}
   end
 end

@@ -18,8 +18,9 @@
 //! instances never append the same seq and no instance waits for another.
 //! It then trims the session to the ring's limits — events *and* payload
 //! bytes, exactly, from the sizes list — and `PUBLISH`es `"<id> <last>"` on
-//! `gapless:appended`, which every instance hears on one connection
-//! ([`notify`]) to bring its mirrors up to date. Redis itself clamps an
+//! `gapless:appended:<id>`, which every instance following the session
+//! hears on its one pub/sub connection ([`notify`]) to bring its mirror up
+//! to date. Redis itself clamps an
 //! evicted cursor silently (`XRANGE` just starts at the oldest entry): the
 //! gap check is ours, on the seqs returned.
 //!
