@@ -43,6 +43,7 @@
 //! Every call has its own deadline (`--redis-timeout`): an unreachable
 //! Redis is a [`HistoryError::Unavailable`] in bounded time, never a hang.
 
+mod connection;
 #[cfg(test)]
 pub(crate) mod memory;
 pub(crate) mod notify;

@@ -9,17 +9,14 @@
 //! a cluster routes it by its first key. The group commit puts sessions
 //! of one slot only in one script call on a cluster ([`take_group`]).
 
+use super::connection::Connection;
 use super::{Attach, History, HistoryConfig, HistoryError, Known, Raised, Snapshot};
 use crate::ids::{PublishKey, SessionId};
 use bytes::Bytes;
 use gapless::EventId;
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
-use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, Slot};
-use redis::{
-    Client, Cmd, ErrorKind, IntoConnectionInfo, Pipeline, RedisError, RedisFuture, Script, Value,
-};
+use redis::{Client, ErrorKind, IntoConnectionInfo, RedisError, Script, Value};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -58,90 +55,6 @@ const SESSIONS_PER_CALL: usize = 64;
 /// with the oldest (bounds the work per call on a cluster, where few
 /// share one).
 const GROUP_WINDOW: usize = 1024;
-
-/// The connection every call goes through. Both are multiplexed, cheap to
-/// clone, and reconnect by themselves; the calls use them as
-/// [`ConnectionLike`], and only the group commit ([`Connection::group`])
-/// and the durability probe ([`Connection::on_every_primary`]) see which.
-#[derive(Clone)]
-enum Connection {
-    /// One Redis (`--redis`).
-    Single(ConnectionManager),
-    /// A Redis Cluster (`--redis-cluster`): a connection per primary,
-    /// each call sent to the node that owns its first key's slot (a
-    /// script's first `KEYS`), `SCRIPT LOAD` to every node. Never retried
-    /// (`retries(0)`): a `MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN` or a
-    /// broken node connection fails that call (`503
-    /// history_unavailable`, as a Redis restart does on one node), and the
-    /// connection repairs itself for the next: a `MOVED` refreshes the slot
-    /// map, a broken connection is reconnected. An append retried after
-    /// its reply was lost could land twice.
-    Cluster(ClusterConnection),
-}
-
-impl ConnectionLike for Connection {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            Self::Single(connection) => connection.req_packed_command(cmd),
-            Self::Cluster(connection) => connection.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            Self::Single(connection) => connection.req_packed_commands(pipeline, offset, count),
-            Self::Cluster(connection) => connection.req_packed_commands(pipeline, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            Self::Single(connection) => connection.get_db(),
-            Self::Cluster(connection) => connection.get_db(),
-        }
-    }
-}
-
-impl Connection {
-    /// Which sessions may be appended in one script call with session
-    /// `id`'s: on one Redis all (`None`), on a cluster those of its slot
-    /// (a script's keys must share one).
-    fn group(&self, id: &SessionId) -> Option<Slot> {
-        match self {
-            Self::Single(_) => None,
-            Self::Cluster(_) => Some(Slot::for_key(Keys::of(id).meta)),
-        }
-    }
-
-    /// `cmd`'s answer from every primary: the one Redis, or each primary
-    /// of the cluster (in no particular order).
-    async fn on_every_primary(&self, cmd: &Cmd) -> Result<Vec<Value>, RedisError> {
-        match self {
-            Self::Single(connection) => {
-                let mut connection = connection.clone();
-                Ok(vec![cmd.query_async(&mut connection).await?])
-            }
-            Self::Cluster(connection) => {
-                let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
-                match connection
-                    .clone()
-                    .route_command(cmd.clone(), routing)
-                    .await?
-                {
-                    Value::Map(answers) => {
-                        Ok(answers.into_iter().map(|(_, answer)| answer).collect())
-                    }
-                    answer => Ok(vec![answer]),
-                }
-            }
-        }
-    }
-}
 
 /// Takes the batches for one script call out of `waiting` (in arrival
 /// order): the oldest, and after it up to `max` in all of its group found
@@ -229,7 +142,7 @@ impl Commits {
                 return;
             };
             let calls: Vec<Pending> = take_group(&mut self.queue(), SESSIONS_PER_CALL, |pending| {
-                connection.group(&pending.id)
+                connection.group(|| Keys::of(&pending.id).meta)
             });
             if calls.is_empty() {
                 drop(permit);
@@ -936,122 +849,5 @@ fn entries(value: Value) -> Result<Vec<(u64, Bytes)>, HistoryError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::{take_group, Keys, GROUP_WINDOW};
-    use crate::ids::SessionId;
-    use redis::cluster_routing::Slot;
-
-    #[test]
-    fn a_sessions_keys_are_in_the_slot_of_its_hash_tag() {
-        // The slots Redis computes (`CLUSTER KEYSLOT`, checked on a
-        // redis-server 7.0 in cluster mode).
-        assert_eq!(
-            Slot::for_key("{user1000}.following"),
-            Slot::new(3443).expect("a slot")
-        );
-        assert_eq!(Slot::for_key("somekey"), Slot::new(11058).expect("a slot"));
-        let id = SessionId::random().expect("the OS random source");
-        let keys = Keys::of(&id);
-        let slot = Slot::for_key(format!("{{{id}}}"));
-        for key in [
-            keys.meta,
-            keys.stream,
-            keys.sizes,
-            Keys::ticket(&id, "00ff"),
-        ] {
-            assert_eq!(Slot::for_key(&key), slot, "{key}");
-        }
-    }
-
-    #[test]
-    fn a_call_takes_the_oldest_and_its_group_in_order_and_keeps_the_others_in_order() {
-        let mut waiting = vec![(1, 'a'), (2, 'b'), (1, 'c'), (3, 'd'), (1, 'e'), (1, 'f')];
-        let taken = take_group(&mut waiting, 3, |(group, _)| *group);
-        assert_eq!(taken, [(1, 'a'), (1, 'c'), (1, 'e')]);
-        assert_eq!(waiting, [(2, 'b'), (3, 'd'), (1, 'f')]);
-        let taken = take_group(&mut waiting, 3, |(group, _)| *group);
-        assert_eq!(taken, [(2, 'b')]);
-        assert_eq!(waiting, [(3, 'd'), (1, 'f')]);
-        // One Redis: one group, taken from the front.
-        let mut waiting: Vec<u32> = (0..10).collect();
-        assert_eq!(take_group(&mut waiting, 4, |_| ()), [0, 1, 2, 3]);
-        assert_eq!(waiting, [4, 5, 6, 7, 8, 9]);
-        assert!(take_group(&mut Vec::<u32>::new(), 4, |_| ()).is_empty());
-        // Past the window nothing is looked at, nor reordered.
-        let mut waiting: Vec<usize> = (0..GROUP_WINDOW + 10).map(|i| i % 2).collect();
-        let taken = take_group(&mut waiting, usize::MAX, |group| *group);
-        assert_eq!(taken.len(), GROUP_WINDOW / 2);
-        assert_eq!(waiting.len(), GROUP_WINDOW / 2 + 10);
-        assert!(waiting[..GROUP_WINDOW / 2].iter().all(|group| *group == 1));
-    }
-}
-
-/// The keys' expiry against a real `redis-server`.
-#[cfg(test)]
-mod expiry {
-    use super::{Keys, RedisHistory};
-    use crate::history::redis_server::{Persistence, RedisServer};
-    use crate::history::{History, HistoryConfig, Known};
-    use crate::ids::SessionId;
-    use bytes::Bytes;
-    use std::time::{Duration, Instant};
-
-    /// Appends that mostly skip renewing the keys' expiry (it is renewed
-    /// at most every fifth of its time to live) still leave every key of
-    /// the session alive for at least the idle period after each append,
-    /// measured from before the call: 40 appends over about a second, with
-    /// an idle period of 400 ms, so a session whose appends never renewed
-    /// the keys would be gone halfway, and one renewed every half of the
-    /// time to live would drop below the floor.
-    #[tokio::test]
-    async fn every_append_leaves_the_keys_alive_for_the_idle_period() {
-        let redis = RedisServer::start(Persistence::None);
-        let idle = Duration::from_millis(400);
-        let history = RedisHistory::connect(HistoryConfig {
-            url: redis.url(),
-            cluster: false,
-            timeout: Duration::from_secs(5),
-            retention: 1000,
-            retention_bytes: 1 << 20,
-            idle,
-            ca_file: None,
-        })
-        .await
-        .expect("redis-server answers");
-        let id = SessionId::random().expect("the OS random source");
-        assert!(history.create(&id, 7, None).await.expect("created"));
-        let mut probe = redis::Client::open(redis.url())
-            .expect("a URL")
-            .get_multiplexed_async_connection()
-            .await
-            .expect("a probe connection");
-        let keys = Keys::of(&id);
-        for published in 0..40 {
-            let started = Instant::now();
-            let known = Known {
-                epoch: 7,
-                published,
-            };
-            let (epoch, first) = history
-                .append(&id, known, &[Bytes::from_static(b"{}")])
-                .await
-                .expect("appended");
-            assert_eq!((epoch, first), (7, published + 1));
-            for key in [&keys.meta, &keys.stream, &keys.sizes] {
-                let ttl_ms: i64 = redis::cmd("PTTL")
-                    .arg(key)
-                    .query_async(&mut probe)
-                    .await
-                    .expect("PTTL");
-                let floor = idle.saturating_sub(started.elapsed()).as_millis();
-                assert!(
-                    i128::from(ttl_ms) >= floor as i128,
-                    "append {first}: {key} expires in {ttl_ms} ms, sooner than the idle period ({floor} ms left of it)"
-                );
-            }
-            // Paces the appends over time (what the test is about); no
-            // other task is waited for.
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-    }
-}
+#[path = "redis_history_tests.rs"]
+mod tests;

@@ -1,0 +1,121 @@
+//! Unit tests of [`super`]: slots and grouping, and the keys' expiry
+//! against a real `redis-server`.
+
+mod grouping {
+    use super::super::{take_group, Keys, GROUP_WINDOW};
+    use crate::ids::SessionId;
+    use redis::cluster_routing::Slot;
+
+    #[test]
+    fn a_sessions_keys_are_in_the_slot_of_its_hash_tag() {
+        // The slots Redis computes (`CLUSTER KEYSLOT`, checked on a
+        // redis-server 7.0 in cluster mode).
+        assert_eq!(
+            Slot::for_key("{user1000}.following"),
+            Slot::new(3443).expect("a slot")
+        );
+        assert_eq!(Slot::for_key("somekey"), Slot::new(11058).expect("a slot"));
+        let id = SessionId::random().expect("the OS random source");
+        let keys = Keys::of(&id);
+        let slot = Slot::for_key(format!("{{{id}}}"));
+        for key in [
+            keys.meta,
+            keys.stream,
+            keys.sizes,
+            Keys::ticket(&id, "00ff"),
+        ] {
+            assert_eq!(Slot::for_key(&key), slot, "{key}");
+        }
+    }
+
+    #[test]
+    fn a_call_takes_the_oldest_and_its_group_in_order_and_keeps_the_others_in_order() {
+        let mut waiting = vec![(1, 'a'), (2, 'b'), (1, 'c'), (3, 'd'), (1, 'e'), (1, 'f')];
+        let taken = take_group(&mut waiting, 3, |(group, _)| *group);
+        assert_eq!(taken, [(1, 'a'), (1, 'c'), (1, 'e')]);
+        assert_eq!(waiting, [(2, 'b'), (3, 'd'), (1, 'f')]);
+        let taken = take_group(&mut waiting, 3, |(group, _)| *group);
+        assert_eq!(taken, [(2, 'b')]);
+        assert_eq!(waiting, [(3, 'd'), (1, 'f')]);
+        // One Redis: one group, taken from the front.
+        let mut waiting: Vec<u32> = (0..10).collect();
+        assert_eq!(take_group(&mut waiting, 4, |_| ()), [0, 1, 2, 3]);
+        assert_eq!(waiting, [4, 5, 6, 7, 8, 9]);
+        assert!(take_group(&mut Vec::<u32>::new(), 4, |_| ()).is_empty());
+        // Past the window nothing is looked at, nor reordered.
+        let mut waiting: Vec<usize> = (0..GROUP_WINDOW + 10).map(|i| i % 2).collect();
+        let taken = take_group(&mut waiting, usize::MAX, |group| *group);
+        assert_eq!(taken.len(), GROUP_WINDOW / 2);
+        assert_eq!(waiting.len(), GROUP_WINDOW / 2 + 10);
+        assert!(waiting[..GROUP_WINDOW / 2].iter().all(|group| *group == 1));
+    }
+}
+
+/// The keys' expiry against a real `redis-server`.
+mod expiry {
+    use super::super::{Keys, RedisHistory};
+    use crate::history::redis_server::{Persistence, RedisServer};
+    use crate::history::{History, HistoryConfig, Known};
+    use crate::ids::SessionId;
+    use bytes::Bytes;
+    use std::time::{Duration, Instant};
+
+    /// Appends that mostly skip renewing the keys' expiry (it is renewed
+    /// at most every fifth of its time to live) still leave every key of
+    /// the session alive for at least the idle period after each append,
+    /// measured from before the call: 40 appends over about a second, with
+    /// an idle period of 400 ms, so a session whose appends never renewed
+    /// the keys would be gone halfway, and one renewed every half of the
+    /// time to live would drop below the floor.
+    #[tokio::test]
+    async fn every_append_leaves_the_keys_alive_for_the_idle_period() {
+        let redis = RedisServer::start(Persistence::None);
+        let idle = Duration::from_millis(400);
+        let history = RedisHistory::connect(HistoryConfig {
+            url: redis.url(),
+            cluster: false,
+            timeout: Duration::from_secs(5),
+            retention: 1000,
+            retention_bytes: 1 << 20,
+            idle,
+            ca_file: None,
+        })
+        .await
+        .expect("redis-server answers");
+        let id = SessionId::random().expect("the OS random source");
+        assert!(history.create(&id, 7, None).await.expect("created"));
+        let mut probe = redis::Client::open(redis.url())
+            .expect("a URL")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("a probe connection");
+        let keys = Keys::of(&id);
+        for published in 0..40 {
+            let started = Instant::now();
+            let known = Known {
+                epoch: 7,
+                published,
+            };
+            let (epoch, first) = history
+                .append(&id, known, &[Bytes::from_static(b"{}")])
+                .await
+                .expect("appended");
+            assert_eq!((epoch, first), (7, published + 1));
+            for key in [&keys.meta, &keys.stream, &keys.sizes] {
+                let ttl_ms: i64 = redis::cmd("PTTL")
+                    .arg(key)
+                    .query_async(&mut probe)
+                    .await
+                    .expect("PTTL");
+                let floor = idle.saturating_sub(started.elapsed()).as_millis();
+                assert!(
+                    i128::from(ttl_ms) >= floor as i128,
+                    "append {first}: {key} expires in {ttl_ms} ms, sooner than the idle period ({floor} ms left of it)"
+                );
+            }
+            // Paces the appends over time (what the test is about); no
+            // other task is waited for.
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+}
