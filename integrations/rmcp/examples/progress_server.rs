@@ -4,7 +4,11 @@
 //! ```text
 //! cargo run -p gapless-rmcp --example progress_server -- --addr 127.0.0.1:0 \
 //!     [--ring-events N] [--ring-bytes B] [--retry-ms MS] [--stateless] [--store gapless|rmcp]
+//!     [--max-streams N] [--stream-idle-s S] [--completed-grace-s S]
 //! ```
+//!
+//! The last three are the store's [`StreamLimits`] (defaults: 10,000
+//! streams, 600 s idle, 60 s after a request's result).
 //!
 //! Prints its URL (`http://ADDR/mcp`) on stdout, then serves until stdin
 //! closes or the process is interrupted. `--store rmcp` runs rmcp's own
@@ -16,7 +20,7 @@
 mod progress_tool;
 
 use gapless::Config;
-use gapless_rmcp::GaplessEventStore;
+use gapless_rmcp::{GaplessEventStore, StreamLimits};
 use progress_tool::{router, ProgressServer};
 use rmcp::transport::streamable_http_server::session::EventStore;
 use std::sync::Arc;
@@ -28,11 +32,12 @@ struct Args {
     retry: Duration,
     stateless: bool,
     gapless: bool,
+    limits: StreamLimits,
 }
 
 fn usage() -> ! {
     eprintln!(
-        "usage: progress_server --addr HOST:PORT [--ring-events N] [--ring-bytes B] [--retry-ms MS] [--stateless] [--store gapless|rmcp]"
+        "usage: progress_server --addr HOST:PORT [--ring-events N] [--ring-bytes B] [--retry-ms MS] [--stateless] [--store gapless|rmcp] [--max-streams N] [--stream-idle-s S] [--completed-grace-s S]"
     );
     std::process::exit(2)
 }
@@ -44,6 +49,7 @@ fn parse_args() -> Args {
         retry: Duration::from_millis(3000),
         stateless: false,
         gapless: true,
+        limits: StreamLimits::default(),
     };
     let mut argv = std::env::args().skip(1);
     while let Some(flag) = argv.next() {
@@ -55,6 +61,16 @@ fn parse_args() -> Args {
             "--ring-bytes" => args.ring = args.ring.bytes(number(value()) as usize),
             "--retry-ms" => args.retry = Duration::from_millis(number(value())),
             "--stateless" => args.stateless = true,
+            "--max-streams" => {
+                args.limits.max_streams = usize::try_from(number(value()))
+                    .ok()
+                    .and_then(std::num::NonZeroUsize::new)
+                    .unwrap_or_else(|| usage())
+            }
+            "--stream-idle-s" => args.limits.idle = Duration::from_secs(number(value())),
+            "--completed-grace-s" => {
+                args.limits.completed_grace = Duration::from_secs(number(value()))
+            }
             "--store" => match value().as_str() {
                 "gapless" => args.gapless = true,
                 "rmcp" => args.gapless = false,
@@ -70,7 +86,9 @@ fn parse_args() -> Args {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = parse_args();
     let store: Option<Arc<dyn EventStore>> = if args.gapless {
-        Some(Arc::new(GaplessEventStore::new(args.ring)?))
+        Some(Arc::new(
+            GaplessEventStore::new(args.ring)?.with_limits(args.limits),
+        ))
     } else {
         None
     };

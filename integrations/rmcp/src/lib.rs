@@ -116,17 +116,19 @@
 //!
 //! ## Freeing rings
 //!
-//! rmcp tells an event store nothing when a session or a stream ends, so a
-//! stream's ring lives until [`GaplessEventStore::remove_stream`] (or
-//! [`GaplessEventStore::remove_session`], which frees the session's
-//! standalone stream `"{session}:common"`). rmcp names request streams with
-//! a bare uuid that does not mention the session, so freeing a session's
-//! request streams takes a thin `SessionManager` wrapper around
-//! `LocalSessionManager` that records the streams each session creates and
-//! calls `remove_stream` for each in `close_session`; in stateless mode
-//! (`NeverSessionManager`), where there are no sessions, a time-to-live or a
-//! cap on streams. Memory per stream is bounded by its `Config` (rings are
-//! allocated zeroed, so an idle ring costs only the pages written).
+//! rmcp tells an event store nothing when a session or a stream ends (in
+//! stateless mode every POST is a new stream), so the store frees rings on
+//! its own, by [`StreamLimits`] ([`lifecycle`]): a request stream
+//! [`completed_grace`](StreamLimits::completed_grace) (60 s) after its
+//! response, any stream after [`idle`](StreamLimits::idle) (10 min) without
+//! a store or a replay, and beyond [`max_streams`](StreamLimits::max_streams)
+//! (10,000) the streams used least recently. A resume with an id of a freed
+//! stream gets the `foreign_cursor` signal, never a silent skip.
+//! [`GaplessEventStore::remove_stream`] and
+//! [`GaplessEventStore::remove_session`] (the session's standalone stream
+//! `"{session}:common"`) free at once. Memory per stream is bounded by its
+//! `Config` (rings are allocated zeroed, so an idle ring costs only the
+//! pages written).
 //!
 //! [`EventStore::store_event`]: rmcp::transport::streamable_http_server::session::EventStore::store_event
 //! [`EventStore::replay_events_after`]: rmcp::transport::streamable_http_server::session::EventStore::replay_events_after
@@ -136,6 +138,7 @@
 #![warn(rust_2018_idioms)]
 
 mod id;
+pub mod lifecycle;
 mod record;
 mod replay;
 mod signal;
@@ -143,6 +146,7 @@ mod store;
 mod stream;
 
 pub use id::{ParseIdError, StoreEventId, StreamKey, StreamKeyKind, MAX_ID_LEN, STREAM_KEY_LEN};
+pub use lifecycle::StreamLimits;
 pub use replay::ReplayStream;
 pub use signal::{Reason, EVENTS_LOST, UNKNOWN_REQUEST_ID};
 pub use store::GaplessEventStore;

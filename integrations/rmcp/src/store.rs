@@ -1,6 +1,7 @@
 //! [`GaplessEventStore`]: rmcp's `EventStore` on gapless rings.
 
 use crate::id::{StoreEventId, StreamKey};
+use crate::lifecycle::{Clock, Due, StreamLimits};
 use crate::record::{self, Record};
 use crate::replay::ReplayStream;
 use crate::signal::{Reason, Signal};
@@ -13,6 +14,7 @@ use rmcp::transport::streamable_http_server::session::{
 };
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// rmcp's [`EventStore`] on gapless: one ring per rmcp stream, replays that
 /// are exact or say why not.
@@ -21,6 +23,10 @@ use std::sync::Arc;
 /// are freed.
 pub struct GaplessEventStore {
     config: Config,
+    /// When streams are freed on their own (see [`crate::lifecycle`]).
+    limits: StreamLimits,
+    /// The origin of every stream's clocks, and the last sweep.
+    clock: Clock,
     /// rmcp stream id → the stream's key.
     streams: Store<String, StreamKey>,
     /// Stream key → its ring and what the store learned.
@@ -46,9 +52,85 @@ impl GaplessEventStore {
         config.geometry()?;
         Ok(Self {
             config,
+            limits: StreamLimits::default(),
+            clock: Clock::new(),
             streams: Store::default(),
             rings: Store::default(),
         })
+    }
+
+    /// This store with `limits` on how long and how many streams keep
+    /// their rings (defaults: [`StreamLimits::default`]).
+    #[must_use]
+    pub fn with_limits(mut self, limits: StreamLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The limits streams are freed by.
+    pub fn limits(&self) -> StreamLimits {
+        self.limits
+    }
+
+    /// Frees every stream the limits say is due at `now`: completed more
+    /// than the grace ago, or idle for the idle period (as
+    /// [`remove_stream`](Self::remove_stream) does). The store calls it as
+    /// it is used; call it to apply the limits as of a given instant.
+    /// Returns how many streams were freed.
+    pub fn sweep_at(&self, now: Instant) -> usize {
+        let now_ms = self.clock.ms(now);
+        self.rings
+            .entries()
+            .into_iter()
+            .filter(|(_, entry)| entry.clocks.due(now_ms, &self.limits) == Due::Free)
+            .filter(|(key, entry)| self.free(key, entry))
+            .count()
+    }
+
+    /// Sweeps if a sweep is due (at most one per sweep period); `now` in ms.
+    fn maybe_sweep(&self, now: Instant) -> u64 {
+        let now_ms = self.clock.ms(now);
+        if self.clock.claim_sweep(now_ms, self.limits.sweep_period()) {
+            self.sweep_at(now);
+        }
+        now_ms
+    }
+
+    /// Room for one more stream under the cap: what is due first, then the
+    /// streams used least recently (completed ones first), a sixteenth of
+    /// the cap at once so a flood of new streams does not scan every time.
+    fn make_room(&self, now: Instant) {
+        let max = self.limits.max_streams.get();
+        if self.rings.len() < max {
+            return;
+        }
+        self.sweep_at(now);
+        let mut entries = self.rings.entries();
+        if entries.len() < max {
+            return;
+        }
+        let excess = entries.len() + 1 - max;
+        let evict = excess.max(max / 16).min(entries.len());
+        entries.sort_unstable_by_key(|(_, entry)| {
+            (!entry.clocks.is_completed(), entry.clocks.touched())
+        });
+        for (key, entry) in entries.into_iter().take(evict) {
+            self.free(&key, &entry);
+        }
+    }
+
+    /// Frees the ring under `key` (if it still holds one) and forgets its
+    /// rmcp stream id unless the id already names another key.
+    fn free(&self, key: &StreamKey, entry: &StreamEntry) -> bool {
+        let Some(entry_now) = self.rings.remove(key) else {
+            return false;
+        };
+        if self.streams.get(&entry.stream_id).as_deref() == Some(key) {
+            self.streams.remove(&entry.stream_id);
+        }
+        // Wakes and ends live followers (see `record`); cannot be too large.
+        let _ = entry_now.ring.emit(record::CLOSED);
+        true
     }
 
     /// The ring size each stream gets.
@@ -93,19 +175,26 @@ impl GaplessEventStore {
         usize::from(self.remove_stream(&format!("{session_id}:common")))
     }
 
-    fn entry(&self, stream_id: &str) -> Result<Arc<StreamEntry>, RandomSourceError> {
+    fn entry(&self, stream_id: &str, now: Instant) -> Result<Arc<StreamEntry>, RandomSourceError> {
         if let Some(key) = self.streams.get(stream_id) {
             if let Some(entry) = self.rings.get(&*key) {
                 return Ok(entry);
             }
         }
+        self.make_room(now);
+        let now_ms = self.clock.ms(now);
         // A new stream's key: a failing OS random source is an error, never
         // a guessable key.
         let (key, _) = self
             .streams
             .get_or_try_insert_with(stream_id.to_owned(), StreamKey::random)?;
         let (entry, _) = infallible(self.rings.get_or_try_insert_with(*key, || {
-            Ok(StreamEntry::new(*key, Arc::new(Ring::new(self.config))))
+            Ok(StreamEntry::new(
+                *key,
+                stream_id.to_owned(),
+                Arc::new(Ring::new(self.config)),
+                now_ms,
+            ))
         }));
         Ok(entry)
     }
@@ -122,13 +211,18 @@ impl GaplessEventStore {
         stream_id: &str,
         event: &ServerSseMessage,
     ) -> Result<String, RandomSourceError> {
-        let entry = self.entry(stream_id)?;
+        let now = Instant::now();
+        let now_ms = self.maybe_sweep(now);
+        let entry = self.entry(stream_id, now)?;
         let payload = match &event.message {
             Some(message) => {
-                entry.learn(message);
+                entry.learn(message, now_ms);
                 serde_json::to_vec(message.as_ref()).unwrap_or_else(|_| record::lost(0))
             }
-            None => record::marker(event.retry),
+            None => {
+                entry.clocks.touch(now_ms);
+                record::marker(event.retry)
+            }
         };
         let seq = match entry.ring.emit(&payload) {
             Ok(seq) => seq,
@@ -167,12 +261,14 @@ impl GaplessEventStore {
             signal.cursor = Some(cursor);
             ReplayStream::signal(signal, last_event_id)
         };
+        let now_ms = self.maybe_sweep(Instant::now());
         let Some(entry) = self.rings.get(&id.key) else {
             return foreign(
                 "the cursor names a stream this server does not hold (another server process, or a removed stream)"
                     .to_owned(),
             );
         };
+        entry.clocks.touch(now_ms);
         if entry.ring.epoch() != id.event.epoch {
             return foreign(format!(
                 "the cursor is from another incarnation of the stream (epoch {:016x}, now {:016x})",

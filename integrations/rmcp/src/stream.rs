@@ -3,6 +3,7 @@
 //! which message ends a request's stream.
 
 use crate::id::{StoreEventId, StreamKey};
+use crate::lifecycle::Clocks;
 use gapless::Ring;
 use rmcp::model::{RequestId, ServerJsonRpcMessage, ServerNotification};
 use std::sync::{Arc, OnceLock};
@@ -11,7 +12,11 @@ use std::sync::{Arc, OnceLock};
 #[derive(Debug)]
 pub(crate) struct StreamEntry {
     pub(crate) key: StreamKey,
+    /// rmcp's id of the stream.
+    pub(crate) stream_id: String,
     pub(crate) ring: Arc<Ring>,
+    /// Its last use and completion, for the store's limits.
+    pub(crate) clocks: Clocks,
     /// The token of the first `notifications/progress` stored on the
     /// stream: the request's id for the official clients.
     progress_id: OnceLock<RequestId>,
@@ -20,11 +25,14 @@ pub(crate) struct StreamEntry {
 }
 
 impl StreamEntry {
-    /// A stream that has stored nothing yet.
-    pub(crate) fn new(key: StreamKey, ring: Arc<Ring>) -> Self {
+    /// rmcp stream `stream_id`, created at `now_ms`, that has stored
+    /// nothing yet.
+    pub(crate) fn new(key: StreamKey, stream_id: String, ring: Arc<Ring>, now_ms: u64) -> Self {
         Self {
             key,
+            stream_id,
             ring,
+            clocks: Clocks::new(now_ms),
             progress_id: OnceLock::new(),
             response_id: OnceLock::new(),
         }
@@ -51,9 +59,14 @@ impl StreamEntry {
         .to_string()
     }
 
-    /// Notes what `message` tells about the stream's request (see
-    /// [`request_id`](Self::request_id)).
-    pub(crate) fn learn(&self, message: &ServerJsonRpcMessage) {
+    /// Notes what `message`, stored at `now_ms`, tells about the stream's
+    /// request (see [`request_id`](Self::request_id)) and whether it
+    /// completed it.
+    pub(crate) fn learn(&self, message: &ServerJsonRpcMessage, now_ms: u64) {
+        self.clocks.touch(now_ms);
+        if is_terminal(message) {
+            self.clocks.complete(now_ms);
+        }
         match message {
             ServerJsonRpcMessage::Notification(notification) => {
                 if let ServerNotification::ProgressNotification(progress) =
