@@ -22,7 +22,11 @@ use std::time::Instant;
 /// See the [crate docs](crate) for the event ids, the signal and how rings
 /// are freed.
 pub struct GaplessEventStore {
+    /// The ring of each request stream (a bare uuid in rmcp).
     config: Config,
+    /// The ring of each session's standalone stream (`"{session}:common"`,
+    /// the GET stream that outlives requests).
+    standalone: Config,
     /// When streams are freed on their own (see [`crate::lifecycle`]).
     limits: StreamLimits,
     /// The origin of every stream's clocks, and the last sweep.
@@ -52,6 +56,7 @@ impl GaplessEventStore {
         config.geometry()?;
         Ok(Self {
             config,
+            standalone: config,
             limits: StreamLimits::default(),
             clock: Clock::new(),
             streams: Store::default(),
@@ -133,9 +138,50 @@ impl GaplessEventStore {
         true
     }
 
-    /// The ring size each stream gets.
+    /// A store whose request streams get rings sized by `request` and
+    /// whose standalone streams (`"{session}:common"`) get rings sized by
+    /// `standalone`: a request stream holds one call's progress and result,
+    /// a standalone stream whatever the server pushes between calls, so the
+    /// first is usually far smaller ([`GaplessEventStore::sized_by_kind`]).
+    ///
+    /// # Errors
+    /// [`ConfigError`] if either is outside gapless's ranges.
+    pub fn with_kinds(request: Config, standalone: Config) -> Result<Self, ConfigError> {
+        standalone.geometry()?;
+        let mut store = Self::new(request)?;
+        store.standalone = standalone;
+        Ok(store)
+    }
+
+    /// [`with_kinds`](Self::with_kinds) with this crate's sizes: request
+    /// streams 256 events and 256 KiB, standalone streams
+    /// [`Config::default`].
+    pub fn sized_by_kind() -> Self {
+        let request = Config::default().events(256).bytes(256 << 10);
+        match Self::with_kinds(request, Config::default()) {
+            Ok(store) => store,
+            // Both sizes are within gapless's ranges (checked by a test).
+            Err(error) => unreachable!("the crate's ring sizes are valid: {error}"),
+        }
+    }
+
+    /// The ring size each request stream gets.
     pub fn config(&self) -> Config {
         self.config
+    }
+
+    /// The ring size each standalone stream gets.
+    pub fn standalone_config(&self) -> Config {
+        self.standalone
+    }
+
+    /// The ring size of rmcp stream `stream_id`, by its kind.
+    fn ring_config(&self, stream_id: &str) -> Config {
+        if stream_id.ends_with(":common") {
+            self.standalone
+        } else {
+            self.config
+        }
     }
 
     /// How many streams hold a ring.
@@ -192,7 +238,7 @@ impl GaplessEventStore {
             Ok(StreamEntry::new(
                 *key,
                 stream_id.to_owned(),
-                Arc::new(Ring::new(self.config)),
+                Arc::new(Ring::new(self.ring_config(stream_id))),
                 now_ms,
             ))
         }));

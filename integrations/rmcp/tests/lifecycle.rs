@@ -173,3 +173,34 @@ async fn the_store_applies_the_limits_as_it_is_used() {
     store(&s, "next", progress(1000, 1)).await;
     assert!(s.stream_count() <= 2, "{} streams", s.stream_count());
 }
+
+/// Request streams and standalone streams get rings of their own sizes.
+/// Mutation: one size for both makes the request ring's footprint the
+/// standalone's.
+#[tokio::test]
+async fn rings_are_sized_by_stream_kind() {
+    let s = GaplessEventStore::sized_by_kind();
+    store(&s, "6a1e9f62-5d1c-4f0e-9a55-3e2b7c1d0f11", progress(1, 1)).await;
+    store(&s, "session-1:common", progress(2, 1)).await;
+    let request = s
+        .ring("6a1e9f62-5d1c-4f0e-9a55-3e2b7c1d0f11")
+        .expect("a ring");
+    let standalone = s.ring("session-1:common").expect("a ring");
+    let request_size = s.config().geometry().expect("valid").footprint();
+    let standalone_size = s.standalone_config().geometry().expect("valid").footprint();
+    assert!(
+        request_size * 3 <= standalone_size,
+        "{request_size} vs {standalone_size}"
+    );
+    assert_eq!(
+        request.max_payload(),
+        s.config().geometry().expect("valid").max_payload()
+    );
+    assert_eq!(
+        standalone.max_payload(),
+        s.standalone_config()
+            .geometry()
+            .expect("valid")
+            .max_payload()
+    );
+}
