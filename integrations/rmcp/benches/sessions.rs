@@ -19,8 +19,8 @@
 //!   (`R/session/local.rs:328-350`, `682-717`): skip to the cursor, clone
 //!   the cached `Arc`s into a new channel.
 //! - `gapless`: `LocalSessionManager::default().with_event_store(store)`
-//!   with `GaplessEventStore::new(Config::default())` (1024 events, 1 MiB per
-//!   stream, as the crate docs adopt it). rmcp then calls `store_event`
+//!   with `GaplessEventStore::sized_by_kind()` (request streams 256 events
+//!   and 256 KiB, standalone streams 1024 events and 1 MiB). rmcp then calls `store_event`
 //!   before every send (`R/session/local.rs:294-309`; it still fills its
 //!   `CachedTx` as well) and a resume is `replay_events_after`
 //!   (`R/session/local.rs:132-143`).
@@ -121,9 +121,7 @@ impl Path {
         let manager = LocalSessionManager::default();
         Arc::new(match self {
             Self::RmcpDefault => manager,
-            Self::Gapless => manager.with_event_store(Arc::new(
-                GaplessEventStore::new(Config::default()).expect("the default config is valid"),
-            )),
+            Self::Gapless => manager.with_event_store(Arc::new(GaplessEventStore::sized_by_kind())),
             Self::GaplessSmall => manager.with_event_store(Arc::new(
                 GaplessEventStore::new(Config::default().events(64).bytes(16 << 10))
                     .expect("a valid config"),
