@@ -111,6 +111,18 @@ impl Following {
     /// What the next copied event turns into: an item, or a new state.
     fn next(&mut self, event: Event) -> Result<ServerSseMessage, State> {
         let id = self.entry.event_id(event.seq);
+        // A recent message is kept parsed: no JSON to parse back.
+        if let Some(message) = self.entry.recall(event.seq) {
+            self.last_seq = event.seq;
+            self.last_id.clone_from(&id);
+            if is_terminal(&message) {
+                self.pending.clear();
+            }
+            let mut item = ServerSseMessage::default();
+            item.event_id = Some(id);
+            item.message = Some(message);
+            return Ok(item);
+        }
         match record::decode(&event.payload) {
             Record::Message(json) => match serde_json::from_slice::<ServerJsonRpcMessage>(json) {
                 Ok(message) => {

@@ -260,10 +260,18 @@ impl GaplessEventStore {
         let now = Instant::now();
         let now_ms = self.maybe_sweep(now);
         let entry = self.entry(stream_id, now)?;
+        // The message kept parsed for replays, once its JSON is stored.
+        let mut parsed = None;
         let payload = match &event.message {
             Some(message) => {
                 entry.learn(message, now_ms);
-                serde_json::to_vec(message.as_ref()).unwrap_or_else(|_| record::lost(0))
+                match serde_json::to_vec(message.as_ref()) {
+                    Ok(json) => {
+                        parsed = Some(message);
+                        json
+                    }
+                    Err(_) => record::lost(0),
+                }
             }
             None => {
                 entry.clocks.touch(now_ms);
@@ -271,8 +279,12 @@ impl GaplessEventStore {
             }
         };
         let seq = match entry.ring.emit(&payload) {
-            Ok(seq) => seq,
-            // `emit` fails only for a payload over the ring's limit.
+            Ok(seq) => {
+                if let Some(message) = parsed {
+                    entry.remember(seq, payload.len(), message);
+                }
+                seq
+            }
             Err(EmitError::TooLarge { len, .. }) => match entry.ring.emit(&record::lost(len)) {
                 Ok(seq) => seq,
                 // A placeholder is shorter than the smallest ring's payload

@@ -6,7 +6,25 @@ use crate::id::{StoreEventId, StreamKey};
 use crate::lifecycle::Clocks;
 use gapless::Ring;
 use rmcp::model::{RequestId, ServerJsonRpcMessage, ServerNotification};
-use std::sync::{Arc, OnceLock};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+/// Parsed messages a stream keeps at most (besides their bytes in the
+/// ring), newest first.
+const RECENT_EVENTS: usize = 64;
+
+/// The newest stored messages of a stream, parsed: a replay of recent
+/// events (the common resume: a client cut moments ago) clones them instead
+/// of parsing their JSON back. Bounded by [`RECENT_EVENTS`] and by an
+/// eighth of the ring's bytes of their JSON, so the ring's `Config` still
+/// states what a stream costs, give or take that share.
+#[derive(Debug, Default)]
+pub(crate) struct Recent {
+    /// `(seq, JSON length, message)`, seqs increasing.
+    events: VecDeque<(u64, usize, Arc<ServerJsonRpcMessage>)>,
+    /// The JSON lengths summed.
+    bytes: usize,
+}
 
 /// One rmcp stream: its ring and what the store learned about it.
 #[derive(Debug)]
@@ -22,12 +40,17 @@ pub(crate) struct StreamEntry {
     progress_id: OnceLock<RequestId>,
     /// The id of the response or error stored on the stream.
     response_id: OnceLock<RequestId>,
+    /// The newest messages, parsed; at most `recent_bytes` of their JSON.
+    recent: Mutex<Recent>,
+    /// An eighth of the ring's bytes.
+    recent_bytes: usize,
 }
 
 impl StreamEntry {
     /// rmcp stream `stream_id`, created at `now_ms`, that has stored
     /// nothing yet.
     pub(crate) fn new(key: StreamKey, stream_id: String, ring: Arc<Ring>, now_ms: u64) -> Self {
+        let recent_bytes = ring.geometry().arena_bytes() / 8;
         Self {
             key,
             stream_id,
@@ -35,6 +58,42 @@ impl StreamEntry {
             clocks: Clocks::new(now_ms),
             progress_id: OnceLock::new(),
             response_id: OnceLock::new(),
+            recent: Mutex::new(Recent::default()),
+            recent_bytes,
+        }
+    }
+
+    /// Keeps `message`, stored at `seq` as `len` bytes of JSON, for replays
+    /// (the oldest kept go first when over the bounds).
+    pub(crate) fn remember(&self, seq: u64, len: usize, message: &Arc<ServerJsonRpcMessage>) {
+        if len > self.recent_bytes {
+            return;
+        }
+        let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        recent.events.push_back((seq, len, Arc::clone(message)));
+        recent.bytes += len;
+        while recent.events.len() > RECENT_EVENTS || recent.bytes > self.recent_bytes {
+            match recent.events.pop_front() {
+                Some((_, len, _)) => recent.bytes -= len,
+                None => break,
+            }
+        }
+    }
+
+    /// The message stored at `seq`, if it is among the newest kept.
+    pub(crate) fn recall(&self, seq: u64) -> Option<Arc<ServerJsonRpcMessage>> {
+        let recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        let oldest = recent.events.front()?.0;
+        let index = usize::try_from(seq.checked_sub(oldest)?).ok()?;
+        // Seqs are dense from `oldest` unless a marker or a placeholder
+        // came between: then look for it.
+        match recent.events.get(index) {
+            Some((at, _, message)) if *at == seq => Some(Arc::clone(message)),
+            _ => recent
+                .events
+                .iter()
+                .find(|(at, _, _)| *at == seq)
+                .map(|(_, _, message)| Arc::clone(message)),
         }
     }
 
