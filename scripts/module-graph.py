@@ -4,7 +4,7 @@
 Usage: scripts/module-graph.py [--dot] [SRC_DIR ...]
 
 SRC_DIR is a crate's source directory (holding lib.rs or main.rs, or bin/).
-Without one: src, server/src, client/src, integrations/rmcp/src and every
+Without one: src, server/src, client/src, history/src, integrations/rmcp/src and every
 other integrations/**/src holding a lib.rs or main.rs (fuzz/ is not read),
 relative to the repository root. Standard library only.
 
@@ -53,7 +53,7 @@ import re
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_DIRS = ["src", "server/src", "client/src", "integrations/rmcp/src"]
+DEFAULT_DIRS = ["src", "server/src", "client/src", "history/src", "integrations/rmcp/src"]
 ROOT_FILES = ("lib.rs", "main.rs")
 
 

@@ -23,14 +23,10 @@
 //! session, concurrent emitters: group commit batches them per instance).
 //! `Throughput::Elements` is `E × K`, so criterion prints emits/s.
 
-#[path = "../tests/redis/redis_server.rs"]
-#[allow(dead_code)]
-mod redis_server;
-
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use gapless_client::Client;
+use gapless_history::test_support::{Persistence, RedisServer};
 use gapless_server::{spawn, HistoryConfig, RunningServer, ServerConfig};
-use redis_server::{Persistence, RedisServer};
 use std::time::{Duration, Instant};
 
 /// Emits per emitter per iteration.

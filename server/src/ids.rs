@@ -1,35 +1,7 @@
 //! Session IDs: 128 bits from the operating system's CSPRNG, printed as 32
 //! lowercase hex digits ([`gapless::id::Id`]).
 
-use gapless::id::{Id, Kind};
-
-/// Marks an [`Id`] as a [`SessionId`].
-#[derive(Debug)]
-pub enum SessionKind {}
-
-impl Kind for SessionKind {
-    const NAME: &'static str = "SessionId";
-}
-
-/// An unguessable, never-reused session identifier.
-///
-/// [`SessionId::random`] draws it from the OS CSPRNG and fails if that
-/// source does (the server answers 500 rather than issue a guessable ID).
-/// `Debug` prints only its tag.
-pub type SessionId = Id<SessionKind>;
-
-/// Marks an [`Id`] as a [`PublishKey`].
-#[derive(Debug)]
-pub enum PublishKeyKind {}
-
-impl Kind for PublishKeyKind {
-    const NAME: &'static str = "PublishKey";
-}
-
-/// With `--publish-keys`: the write capability of one session, returned
-/// once by `POST /session` and presented in the [`PUBLISH_KEY_HEADER`] of
-/// every emit and `DELETE`. The session ID alone then only reads.
-pub type PublishKey = Id<PublishKeyKind>;
+pub use gapless_history::ids::{PublishKey, PublishKeyKind, SessionId, SessionKind};
 
 /// The request header that carries a [`PublishKey`] (defined with the wire
 /// types, so the client sends what the server reads).

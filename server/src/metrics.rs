@@ -112,6 +112,16 @@ pub(crate) enum HistoryFailure {
 
 impl HistoryFailure {
     const ALL: [Self; 3] = [Self::Unavailable, Self::Gone, Self::Corrupt];
+
+    /// The `kind` a failed history call is counted under.
+    pub(crate) fn of(error: &gapless_history::HistoryError) -> Self {
+        use gapless_history::HistoryError;
+        match error {
+            HistoryError::Unavailable(_) => Self::Unavailable,
+            HistoryError::Gone => Self::Gone,
+            HistoryError::Corrupt(_) => Self::Corrupt,
+        }
+    }
 }
 
 impl EncodeLabelValue for HistoryFailure {

@@ -7,7 +7,7 @@ use crate::config::{InvalidConfig, ServerConfig};
 use crate::entry::{Admission, Entry};
 use crate::history::{Attach, HistoryError, Raised, RedisHistory, Snapshot};
 use crate::ids::{PublishKey, SessionId};
-use crate::metrics::{Limit, Metrics, RingTotals};
+use crate::metrics::{HistoryFailure, Limit, Metrics, RingTotals};
 use crate::replica::ReplicaError;
 use crate::session_history::{Local, Replicated, SessionHistory};
 use gapless::session::{SessionOptions, Transport};
@@ -229,7 +229,7 @@ impl Shared {
                 }
                 Err(error) => {
                     self.drop_local(&id);
-                    self.metrics.history_failed(error.failure());
+                    self.metrics.history_failed(HistoryFailure::of(&error));
                     return Err(CreateError::History(error));
                 }
             }
@@ -353,7 +353,7 @@ impl Shared {
     /// Counts a failed call to the shared history and types it for the
     /// answer.
     pub(crate) fn history_failed(&self, error: HistoryError) -> LoadError {
-        self.metrics.history_failed(error.failure());
+        self.metrics.history_failed(HistoryFailure::of(&error));
         match error {
             HistoryError::Gone => LoadError::Gone,
             other => LoadError::History(other),

@@ -29,7 +29,8 @@ mod expiry;
 mod failover;
 mod on_a_cluster;
 mod redis_cluster;
-mod redis_server;
+/// A real `redis-server` per test: the history crate's launcher.
+use gapless_history::test_support as redis_server;
 mod resume_anywhere;
 mod retention;
 mod tls;

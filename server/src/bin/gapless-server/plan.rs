@@ -172,7 +172,7 @@ impl RedisProbe {
 
 /// The server's own append script, so the probe writes exactly as the
 /// server does (retention by events and bytes included).
-const APPEND: &str = include_str!("../../history/append.lua");
+const APPEND: &str = gapless_history::APPEND_SCRIPT;
 
 /// Writes a scratch session to the Redis at `url` the way the server does
 /// (its meta hash, then batches of 64 events through the server's append

@@ -3,7 +3,7 @@
 
 mod grouping {
     use super::super::{take_group, Keys, GROUP_WINDOW};
-    use crate::ids::SessionId;
+    use crate::SessionId;
     use redis::cluster_routing::Slot;
 
     #[test]
@@ -54,9 +54,9 @@ mod grouping {
 /// The keys' expiry against a real `redis-server`.
 mod expiry {
     use super::super::{Keys, RedisHistory};
-    use crate::history::redis_server::{Persistence, RedisServer};
-    use crate::history::{History, HistoryConfig, Known};
-    use crate::ids::SessionId;
+    use crate::test_support::{Persistence, RedisServer};
+    use crate::SessionId;
+    use crate::{History, HistoryConfig, Known};
     use bytes::Bytes;
     use std::time::{Duration, Instant};
 

@@ -38,7 +38,7 @@
 //! followed one, [`Seen::published`] is raised (never lowered) and its
 //! followers are woken only if it did rise.
 
-use crate::ids::SessionId;
+use crate::SessionId;
 use futures_util::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
 use std::collections::hash_map::{Entry, HashMap};
@@ -51,7 +51,7 @@ use tokio::task::AbortHandle;
 
 /// The channel the append script announces session `id`'s appends on
 /// (`"gapless:appended:" .. id` in `append.lua`).
-pub(crate) fn channel(id: &SessionId) -> String {
+pub fn channel(id: &SessionId) -> String {
     format!("gapless:appended:{id}")
 }
 
@@ -71,7 +71,7 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
     not(test),
     allow(dead_code, reason = "append.lua writes it; the tests read it back")
 )]
-pub(crate) fn message(id: &SessionId, last: u64) -> String {
+pub fn message(id: &SessionId, last: u64) -> String {
     format!("{id} {last}")
 }
 
@@ -91,22 +91,22 @@ fn parse(payload: &[u8]) -> Option<(SessionId, u64)> {
 /// What a follower has been told about its session. Both counters only
 /// ever grow.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Seen {
+pub struct Seen {
     /// The highest last seq announced for the session since it began to be
     /// followed on this instance (0: none yet). Announcements of a lower
     /// or equal seq change nothing.
-    pub(crate) published: u64,
+    pub published: u64,
     /// How many times the subscription was (re)established while the
     /// session was followed: each rise means announcements may have been
     /// missed, and the follower re-reads the session from Redis.
-    pub(crate) resyncs: u64,
+    pub resyncs: u64,
 }
 
 /// One pub/sub connection per instance, fanning out append announcements
 /// to the sessions followed here. Dropping it (the last [`Arc`]) stops its
 /// task and closes the connection; its followers' [`Followed::changed`]
 /// then returns `None`.
-pub(crate) struct Notifier {
+pub struct Notifier {
     /// The followed sessions, shared with the task and the [`Followed`]s.
     shared: Arc<Shared>,
     /// The task that holds the subscription: aborted on drop.
@@ -144,7 +144,7 @@ impl Notifier {
     ///
     /// # Panics
     /// Outside a tokio runtime.
-    pub(crate) fn start(client: redis::Client, timeout: Duration) -> Arc<Notifier> {
+    pub fn start(client: redis::Client, timeout: Duration) -> Arc<Notifier> {
         let shared = Arc::new(Shared {
             sessions: Mutex::new(HashMap::new()),
             subscribed: AtomicBool::new(false),
@@ -160,7 +160,7 @@ impl Notifier {
     /// confirms its channel's subscription. Read the session from Redis,
     /// then wait on [`Followed::changed`]: nothing appended after the read
     /// is missed. Followers of one session share one entry.
-    pub(crate) fn follow(&self, id: SessionId) -> Followed {
+    pub fn follow(&self, id: SessionId) -> Followed {
         let mut sessions = self.shared.lock();
         let watched = sessions.entry(id).or_insert_with(|| {
             self.shared.mark(id);
@@ -182,14 +182,14 @@ impl Notifier {
 
     /// How many sessions are followed on this instance.
     #[cfg_attr(not(test), allow(dead_code, reason = "for tests and metrics"))]
-    pub(crate) fn followed(&self) -> usize {
+    pub fn followed(&self) -> usize {
         self.shared.lock().len()
     }
 
     /// Whether the subscription is established now. While it is not,
     /// announcements are lost; its return is a resync.
     #[cfg_attr(not(test), allow(dead_code, reason = "for tests and metrics"))]
-    pub(crate) fn subscribed(&self) -> bool {
+    pub fn subscribed(&self) -> bool {
         self.shared.subscribed.load(Ordering::Relaxed)
     }
 }
@@ -206,7 +206,7 @@ impl Drop for Notifier {
 
 /// One follower of a session (from [`Notifier::follow`]); the session is
 /// no longer followed once all of its `Followed` are dropped.
-pub(crate) struct Followed {
+pub struct Followed {
     /// The session followed.
     id: SessionId,
     /// What the notifier announced for it.
@@ -220,7 +220,7 @@ pub(crate) struct Followed {
 
 /// What [`Followed::changed`] reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Change {
+pub enum Change {
     /// The subscription was (re)established since the follower began or
     /// last heard of one: announcements may have been missed, re-read the
     /// session from Redis. `published` is the highest seq announced so
@@ -237,21 +237,21 @@ pub(crate) enum Change {
 impl Followed {
     /// The session followed.
     #[cfg_attr(not(test), allow(dead_code, reason = "for tests and logs"))]
-    pub(crate) fn id(&self) -> SessionId {
+    pub fn id(&self) -> SessionId {
         self.id
     }
 
     /// What has been announced so far (a peek: [`changed`](Self::changed)
     /// still reports it).
     #[cfg_attr(not(test), allow(dead_code, reason = "for tests and metrics"))]
-    pub(crate) fn seen(&self) -> Seen {
+    pub fn seen(&self) -> Seen {
         *self.receiver.borrow()
     }
 
     /// Waits until something not yet reported is announced: a resync
     /// (reported first, whatever else changed) or a higher published seq.
     /// `None` once the notifier is dropped.
-    pub(crate) async fn changed(&mut self) -> Option<Change> {
+    pub async fn changed(&mut self) -> Option<Change> {
         self.receiver.changed().await.ok()?;
         let seen = *self.receiver.borrow_and_update();
         if seen.resyncs != self.resyncs {
@@ -473,7 +473,7 @@ async fn forward(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::redis_server::{Persistence, RedisServer};
+    use crate::test_support::{Persistence, RedisServer};
     use redis::aio::MultiplexedConnection;
     use std::time::Instant;
 

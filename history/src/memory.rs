@@ -9,7 +9,7 @@
 //! session under a new epoch, as the script does.
 
 use super::{History, HistoryConfig, HistoryError, Known, Snapshot};
-use crate::ids::SessionId;
+use crate::SessionId;
 use bytes::Bytes;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -19,34 +19,38 @@ use tokio::sync::watch;
 
 /// One session as the fake holds it.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Stored {
-    pub(crate) epoch: u64,
-    pub(crate) published: u64,
-    pub(crate) acked: u64,
-    pub(crate) sent: u64,
+pub struct Stored {
+    /// The session's epoch.
+    pub epoch: u64,
+    /// The last seq appended.
+    pub published: u64,
+    /// The highest acknowledged cursor.
+    pub acked: u64,
+    /// The highest seq handed to a transport.
+    pub sent: u64,
     /// Retained events by seq.
-    pub(crate) events: BTreeMap<u64, Bytes>,
+    pub events: BTreeMap<u64, Bytes>,
     /// The run of the fake that created or last appended to the session
     /// (`0`: unknown, as a meta hash without `inc`).
-    pub(crate) inc: u64,
+    pub inc: u64,
 }
 
 /// Faults the next calls meet.
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Faults {
+pub struct Faults {
     /// Every call fails as unavailable.
-    pub(crate) down: bool,
+    pub down: bool,
     /// The next append is applied, then answered as unavailable.
-    pub(crate) land_then_fail: bool,
+    pub land_then_fail: bool,
 }
 
 /// The fake.
-pub(crate) struct MemoryHistory {
+pub struct MemoryHistory {
     config: HistoryConfig,
     sessions: Mutex<HashMap<SessionId, Stored>>,
     faults: Mutex<Faults>,
     /// Append calls that reached the fake (batches, not events).
-    pub(crate) appends: AtomicUsize,
+    pub appends: AtomicUsize,
     /// How long each append takes (a round trip to Redis).
     latency: Duration,
     /// The last seq of the latest append, of any session.
@@ -66,7 +70,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 impl MemoryHistory {
     /// An empty fake keeping `retention` events and `retention_bytes` of
     /// payload per session.
-    pub(crate) fn new(retention: usize, retention_bytes: usize) -> Self {
+    pub fn new(retention: usize, retention_bytes: usize) -> Self {
         Self {
             config: HistoryConfig {
                 url: "memory://".into(),
@@ -88,7 +92,7 @@ impl MemoryHistory {
     }
 
     /// The same fake, telling appends that a restart loses nothing.
-    pub(crate) fn lossless(mut self) -> Self {
+    pub fn lossless(mut self) -> Self {
         self.lossless = true;
         self
     }
@@ -97,7 +101,7 @@ impl MemoryHistory {
     /// it was at seq `kept` (a snapshot): the events after it, and its
     /// cursors past it, are lost. Under the same epoch, `published` alone
     /// would hand their seqs out again.
-    pub(crate) fn restart_losing(&self, id: &SessionId, kept: u64) {
+    pub fn restart_losing(&self, id: &SessionId, kept: u64) {
         self.run.fetch_add(1, Ordering::Relaxed);
         if let Some(stored) = lock(&self.sessions).get_mut(id) {
             stored.events.retain(|seq, _| *seq <= kept);
@@ -108,28 +112,28 @@ impl MemoryHistory {
     }
 
     /// The same fake, each append taking `latency`.
-    pub(crate) fn with_latency(mut self, latency: Duration) -> Self {
+    pub fn with_latency(mut self, latency: Duration) -> Self {
         self.latency = latency;
         self
     }
 
     /// Announcements of appends (any session's new last seq).
-    pub(crate) fn announcements(&self) -> watch::Receiver<u64> {
+    pub fn announcements(&self) -> watch::Receiver<u64> {
         self.announced.subscribe()
     }
 
     /// Puts session `id` in the fake as `stored`.
-    pub(crate) fn put(&self, id: SessionId, stored: Stored) {
+    pub fn put(&self, id: SessionId, stored: Stored) {
         lock(&self.sessions).insert(id, stored);
     }
 
     /// Session `id` as the fake holds it.
-    pub(crate) fn get(&self, id: &SessionId) -> Option<Stored> {
+    pub fn get(&self, id: &SessionId) -> Option<Stored> {
         lock(&self.sessions).get(id).cloned()
     }
 
     /// Sets the faults.
-    pub(crate) fn set_faults(&self, faults: Faults) {
+    pub fn set_faults(&self, faults: Faults) {
         *lock(&self.faults) = faults;
     }
 

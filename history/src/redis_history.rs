@@ -26,11 +26,16 @@ use tokio::sync::oneshot;
 /// Payload bytes read per call at most when a ring catches up with the
 /// history or a session is loaded (a page never has fewer than one event
 /// nor more than 512).
-pub(crate) const READ_BYTES: usize = 256 << 10;
+pub const READ_BYTES: usize = 256 << 10;
+
+/// The append script's Lua source (`append.lua`, see the crate docs): for
+/// tools that must write exactly as the history does (the server's
+/// `plan --redis` probe).
+pub const APPEND_SCRIPT: &str = include_str!("append.lua");
 
 /// The shared history of every session, in one Redis or one Redis
 /// Cluster.
-pub(crate) struct RedisHistory {
+pub struct RedisHistory {
     /// A client for the first node of the URL (the whole Redis, or a
     /// cluster's first seed): the announcement connection's. A cluster
     /// broadcasts every `PUBLISH` to all its nodes, so one node hears the
@@ -282,7 +287,7 @@ impl RedisHistory {
     /// A malformed URL, an unreadable `--redis-ca-file`, a cluster whose
     /// slot map cannot be read in time, or a Redis that does not answer
     /// `PING` in time.
-    pub(crate) async fn connect(config: HistoryConfig) -> Result<Self, HistoryError> {
+    pub async fn connect(config: HistoryConfig) -> Result<Self, HistoryError> {
         let redacted = config.redacted_url();
         let seeds = config.seeds();
         // The crate's own words, with the URLs (and so their credentials)
@@ -361,7 +366,7 @@ impl RedisHistory {
             config,
             scripts: Scripts {
                 create: Script::new(include_str!("create.lua")),
-                append: Script::new(include_str!("append.lua")),
+                append: Script::new(APPEND_SCRIPT),
                 raise: Script::new(include_str!("raise.lua")),
                 read: Script::new(include_str!("read.lua")),
             },
@@ -465,12 +470,12 @@ impl RedisHistory {
     }
 
     /// A client for the same Redis (for the announcement connection).
-    pub(crate) fn client(&self) -> Client {
+    pub fn client(&self) -> Client {
         self.client.clone()
     }
 
     /// Whether Redis answers.
-    pub(crate) async fn ping(&self) -> Result<(), HistoryError> {
+    pub async fn ping(&self) -> Result<(), HistoryError> {
         let mut connection = self.connection.clone();
         self.call(redis::cmd("PING").query_async::<String>(&mut connection))
             .await
@@ -493,7 +498,7 @@ impl RedisHistory {
 
     /// Records a new session with `epoch`. `false` if a session with this
     /// ID exists.
-    pub(crate) async fn create(
+    pub async fn create(
         &self,
         id: &SessionId,
         epoch: u64,
@@ -514,7 +519,7 @@ impl RedisHistory {
     /// Raises the session's `acked` and `sent` to at least these values
     /// for a transport at `attach` (see [`Attach`]), and restarts the
     /// session's idle expiry.
-    pub(crate) async fn raise_cursors(
+    pub async fn raise_cursors(
         &self,
         id: &SessionId,
         acked: u64,
@@ -548,7 +553,7 @@ impl RedisHistory {
     /// [`READ_BYTES`]; `None` if the session is gone. Pages are separate
     /// reads: if appends trimmed the history past the next page meanwhile,
     /// the load starts again from the new oldest event.
-    pub(crate) async fn load(&self, id: &SessionId) -> Result<Option<Snapshot>, HistoryError> {
+    pub async fn load(&self, id: &SessionId) -> Result<Option<Snapshot>, HistoryError> {
         'load: loop {
             let Some(mut snapshot) = self.read(id, 0, READ_BYTES).await? else {
                 return Ok(None);
@@ -634,7 +639,7 @@ impl RedisHistory {
     /// Records upgrade `ticket` for `cursor` until `ttl`, so the WebSocket
     /// handshake may reach any instance. The cursor keeps its epoch: a
     /// session that moved to a new epoch meanwhile refuses it.
-    pub(crate) async fn ticket_put(
+    pub async fn ticket_put(
         &self,
         id: &SessionId,
         ticket: &str,
@@ -656,7 +661,7 @@ impl RedisHistory {
     /// Takes upgrade `ticket` (`GETDEL`: it is used once, on whichever
     /// instance gets the handshake first); its cursor, or `None` if it is
     /// unknown, used or expired.
-    pub(crate) async fn ticket_take(
+    pub async fn ticket_take(
         &self,
         id: &SessionId,
         ticket: &str,
@@ -678,11 +683,7 @@ impl RedisHistory {
     }
 
     /// Whether upgrade `ticket` is still waiting for its handshake.
-    pub(crate) async fn ticket_exists(
-        &self,
-        id: &SessionId,
-        ticket: &str,
-    ) -> Result<bool, HistoryError> {
+    pub async fn ticket_exists(&self, id: &SessionId, ticket: &str) -> Result<bool, HistoryError> {
         let mut connection = self.connection.clone();
         let exists: i64 = self
             .call(
@@ -695,7 +696,7 @@ impl RedisHistory {
     }
 
     /// Deletes the session's keys; whether there were any.
-    pub(crate) async fn delete(&self, id: &SessionId) -> Result<bool, HistoryError> {
+    pub async fn delete(&self, id: &SessionId) -> Result<bool, HistoryError> {
         let keys = Keys::of(id);
         let mut connection = self.connection.clone();
         self.call(

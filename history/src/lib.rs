@@ -1,4 +1,7 @@
-//! The shared history tier (`serve --redis URL`): every event of a session
+//! # gapless-history
+//!
+//! The shared history tier of `gapless-server --redis URL` and of
+//! `gapless-rmcp`'s shared store: every event of a session
 //! is appended to a Redis Stream before it is acknowledged, and the
 //! session's epoch, published seq and cursors live beside it, so that any
 //! instance can serve any session — emits included — with the same event
@@ -43,23 +46,28 @@
 //! Every call has its own deadline (`--redis-timeout`): an unreachable
 //! Redis is a [`HistoryError::Unavailable`] in bounded time, never a hang.
 
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+#![warn(rust_2018_idioms)]
+
+pub mod config;
 mod connection;
-#[cfg(test)]
-pub(crate) mod memory;
-pub(crate) mod notify;
+pub mod ids;
+/// An in-memory [`History`] with fault injection, for tests of what runs
+/// over a history.
+#[cfg(any(test, feature = "test-support"))]
+pub mod memory;
+pub mod notify;
 mod redis_history;
-/// The integration tests' `redis-server` launcher, for the unit tests of
-/// the history's Redis side.
-#[cfg(test)]
-#[allow(dead_code)]
-#[path = "../../tests/redis/redis_server.rs"]
-pub(crate) mod redis_server;
+/// A real `redis-server` for one test (Debian's package), for the tests of
+/// the history and of the crates over it.
+#[cfg(any(test, feature = "test-support"))]
+pub mod test_support;
 
-pub use crate::config::HistoryConfig;
-pub(crate) use redis_history::{RedisHistory, READ_BYTES};
+pub use config::HistoryConfig;
+pub use ids::{PublishKey, SessionId};
+pub use redis_history::{RedisHistory, APPEND_SCRIPT, READ_BYTES};
 
-use crate::ids::{PublishKey, SessionId};
-use crate::metrics::HistoryFailure;
 use bytes::Bytes;
 use std::fmt;
 use std::future::Future;
@@ -68,7 +76,7 @@ use std::future::Future;
 /// which assigns the session's next seqs (so any instance may append), and
 /// reads after a seq, paged by bytes. [`RedisHistory`] in the server; an
 /// in-memory fake with fault injection in unit tests.
-pub(crate) trait History: Send + Sync + 'static {
+pub trait History: Send + Sync + 'static {
     /// How the history is reached and sized.
     fn config(&self) -> &HistoryConfig;
 
@@ -100,31 +108,31 @@ pub(crate) trait History: Send + Sync + 'static {
 
 /// What an appending instance's ring has seen of the session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Known {
+pub struct Known {
     /// The ring's epoch.
-    pub(crate) epoch: u64,
+    pub epoch: u64,
     /// The last seq in the ring.
-    pub(crate) published: u64,
+    pub published: u64,
 }
 
 /// A session as the history holds it: its meta and a run of its events.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Snapshot {
+pub struct Snapshot {
     /// The session's epoch.
-    pub(crate) epoch: u64,
+    pub epoch: u64,
     /// The last seq appended.
-    pub(crate) published: u64,
+    pub published: u64,
     /// The highest cursor the client acknowledged, on any instance.
-    pub(crate) acked: u64,
+    pub acked: u64,
     /// The highest seq handed to a transport, on any instance.
-    pub(crate) sent: u64,
+    pub sent: u64,
     /// The oldest seq the history still retains (`published + 1` when it
     /// retains none).
-    pub(crate) first_retained: u64,
+    pub first_retained: u64,
     /// Events in seq order, dense: what was asked for and still retained.
-    pub(crate) events: Vec<(u64, Bytes)>,
+    pub events: Vec<(u64, Bytes)>,
     /// With `--publish-keys`: the session's publish key.
-    pub(crate) publish_key: Option<PublishKey>,
+    pub publish_key: Option<PublishKey>,
 }
 
 /// Which transport a cursor update is for. Every attach of a transport
@@ -132,7 +140,7 @@ pub(crate) struct Snapshot {
 /// session's attach generation in Redis: a stream whose generation is
 /// older has been superseded, wherever the newer transport is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Attach {
+pub enum Attach {
     /// No transport (an ack, an upgrade, a refusal's accounting).
     None,
     /// A transport attaches now: the generation goes up.
@@ -144,11 +152,11 @@ pub(crate) enum Attach {
 
 /// What a cursor update did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Raised {
+pub struct Raised {
     /// `false`: the caller's transport was superseded; nothing raised.
-    pub(crate) raised: bool,
+    pub raised: bool,
     /// The session's attach generation now.
-    pub(crate) generation: u64,
+    pub generation: u64,
 }
 
 /// Why a call to the shared history failed.
@@ -162,18 +170,6 @@ pub enum HistoryError {
     Gone,
     /// Redis holds something this server did not write.
     Corrupt(String),
-}
-
-impl HistoryError {
-    /// The `kind` this failure is counted under in
-    /// `gapless_history_errors_total`.
-    pub(crate) fn failure(&self) -> HistoryFailure {
-        match self {
-            Self::Unavailable(_) => HistoryFailure::Unavailable,
-            Self::Gone => HistoryFailure::Gone,
-            Self::Corrupt(_) => HistoryFailure::Corrupt,
-        }
-    }
 }
 
 impl fmt::Display for HistoryError {

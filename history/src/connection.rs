@@ -11,7 +11,7 @@ use redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};
 /// [`ConnectionLike`], and only the group commit ([`Connection::group`])
 /// and the durability probe ([`Connection::on_every_primary`]) see which.
 #[derive(Clone)]
-pub(super) enum Connection {
+pub(crate) enum Connection {
     /// One Redis (`--redis`).
     Single(ConnectionManager),
     /// A Redis Cluster (`--redis-cluster`): a connection per primary,
@@ -59,7 +59,7 @@ impl Connection {
     /// whose keys are named like `key()`: on one Redis all (`None`, `key`
     /// not called), on a cluster those of its slot (a script's keys must
     /// share one).
-    pub(super) fn group(&self, key: impl FnOnce() -> String) -> Option<Slot> {
+    pub(crate) fn group(&self, key: impl FnOnce() -> String) -> Option<Slot> {
         match self {
             Self::Single(_) => None,
             Self::Cluster(_) => Some(Slot::for_key(key())),
@@ -68,7 +68,7 @@ impl Connection {
 
     /// `cmd`'s answer from every primary: the one Redis, or each primary
     /// of the cluster (in no particular order).
-    pub(super) async fn on_every_primary(&self, cmd: &Cmd) -> Result<Vec<Value>, RedisError> {
+    pub(crate) async fn on_every_primary(&self, cmd: &Cmd) -> Result<Vec<Value>, RedisError> {
         match self {
             Self::Single(connection) => {
                 let mut connection = connection.clone();
