@@ -13,7 +13,7 @@
 //! | --- | --- |
 //! | `gapless:{id}:s` | the events, entry ID `0-<seq>`, field `d` = payload |
 //! | `gapless:{id}:z` | a list: the payload length of each retained event, oldest first |
-//! | `gapless:{id}:m` | `epoch` (hex), `published` (the last seq appended), `bytes` (retained payload bytes), `acked`, `sent` (maxima, never lowered), `attach` (the attach generation), `inc` (the `run_id` of the Redis that created or last appended to the session), `pk` (the publish key, with `--publish-keys`) |
+//! | `gapless:{id}:m` | `epoch` (hex), `published` (the last seq appended), `bytes` (retained payload bytes), `acked`, `sent` (maxima, never lowered), `attach` (the attach generation), `inc` (the `run_id` of the Redis that created or last appended to the session), `pk` (the publish key, with `--publish-keys`), `done` (set by `complete`: an rmcp request stream after its response; reads then leave its expiry alone) |
 //! | `gapless:{id}:t:<ticket>` | an upgrade ticket's cursor (`<epoch>-<seq>`), until the ticket expires or is used |
 //!
 //! Every write is a Lua script (atomic, never rolled back). The append is

@@ -254,6 +254,7 @@ struct Scripts {
     append: Script,
     raise: Script,
     read: Script,
+    complete: Script,
 }
 
 /// The keys of session `id` (see the module docs).
@@ -369,6 +370,7 @@ impl RedisHistory {
                 append: Script::new(APPEND_SCRIPT),
                 raise: Script::new(include_str!("raise.lua")),
                 read: Script::new(include_str!("read.lua")),
+                complete: Script::new(include_str!("complete.lua")),
             },
             lossless: AtomicBool::new(false),
             commits: Arc::default(),
@@ -514,6 +516,22 @@ impl RedisHistory {
             .arg(publish_key.map(|key| key.to_string()).unwrap_or_default());
         let created: i64 = self.call(invocation.invoke_async(&mut connection)).await?;
         Ok(created == 1)
+    }
+
+    /// Marks log `id` complete: nothing more will be appended (an rmcp
+    /// request stream after its response). Its keys expire `grace` from
+    /// now, and reads no longer renew them. `false` if the log is gone.
+    pub async fn complete(&self, id: &SessionId, grace: Duration) -> Result<bool, HistoryError> {
+        let keys = Keys::of(id);
+        let mut connection = self.connection.clone();
+        let mut invocation = self.scripts.complete.prepare_invoke();
+        invocation
+            .key(&keys.meta)
+            .key(&keys.stream)
+            .key(&keys.sizes)
+            .arg(Self::ms(grace).max(1));
+        let completed: i64 = self.call(invocation.invoke_async(&mut connection)).await?;
+        Ok(completed == 1)
     }
 
     /// Raises the session's `acked` and `sent` to at least these values

@@ -34,7 +34,10 @@ pub struct GaplessEventStore {
     /// rmcp stream id → the stream's key.
     streams: Store<String, StreamKey>,
     /// Stream key → its ring and what the store learned.
-    rings: Store<StreamKey, StreamEntry>,
+    pub(crate) rings: Store<StreamKey, StreamEntry>,
+    /// With [`with_history`](Self::with_history): the Redis that request
+    /// streams are stored in and replayed from on every instance.
+    pub(crate) shared: Option<Arc<crate::shared::Shared>>,
 }
 
 impl std::fmt::Debug for GaplessEventStore {
@@ -61,6 +64,7 @@ impl GaplessEventStore {
             clock: Clock::new(),
             streams: Store::default(),
             rings: Store::default(),
+            shared: None,
         })
     }
 
@@ -93,7 +97,7 @@ impl GaplessEventStore {
     }
 
     /// Sweeps if a sweep is due (at most one per sweep period); `now` in ms.
-    fn maybe_sweep(&self, now: Instant) -> u64 {
+    pub(crate) fn maybe_sweep(&self, now: Instant) -> u64 {
         let now_ms = self.clock.ms(now);
         if self.clock.claim_sweep(now_ms, self.limits.sweep_period()) {
             self.sweep_at(now);
@@ -126,7 +130,7 @@ impl GaplessEventStore {
 
     /// Frees the ring under `key` (if it still holds one) and forgets its
     /// rmcp stream id unless the id already names another key.
-    fn free(&self, key: &StreamKey, entry: &StreamEntry) -> bool {
+    pub(crate) fn free(&self, key: &StreamKey, entry: &StreamEntry) -> bool {
         let Some(entry_now) = self.rings.remove(key) else {
             return false;
         };
@@ -221,7 +225,11 @@ impl GaplessEventStore {
         usize::from(self.remove_stream(&format!("{session_id}:common")))
     }
 
-    fn entry(&self, stream_id: &str, now: Instant) -> Result<Arc<StreamEntry>, RandomSourceError> {
+    pub(crate) fn entry(
+        &self,
+        stream_id: &str,
+        now: Instant,
+    ) -> Result<Arc<StreamEntry>, RandomSourceError> {
         if let Some(key) = self.streams.get(stream_id) {
             if let Some(entry) = self.rings.get(&*key) {
                 return Ok(entry);
@@ -378,6 +386,9 @@ impl EventStore for GaplessEventStore {
         stream_id: &str,
         event: &ServerSseMessage,
     ) -> Result<EventId, EventStoreError> {
+        if self.shared.is_some() {
+            return Ok(self.store_shared(stream_id, event).await?);
+        }
         Ok(self.store(stream_id, event)?)
     }
 
@@ -385,6 +396,9 @@ impl EventStore for GaplessEventStore {
         &self,
         last_event_id: &str,
     ) -> Result<EventStream, EventStoreError> {
+        if let Some(remote) = self.replay_shared(last_event_id) {
+            return Ok(Box::pin(remote));
+        }
         Ok(Box::pin(self.replay(last_event_id)))
     }
 }

@@ -44,6 +44,8 @@ pub(crate) struct StreamEntry {
     recent: Mutex<Recent>,
     /// An eighth of the ring's bytes.
     recent_bytes: usize,
+    /// In a shared store: the stream's log in Redis.
+    pub(crate) shared: crate::shared::SharedStream,
 }
 
 impl StreamEntry {
@@ -60,6 +62,7 @@ impl StreamEntry {
             response_id: OnceLock::new(),
             recent: Mutex::new(Recent::default()),
             recent_bytes,
+            shared: crate::shared::SharedStream::default(),
         }
     }
 

@@ -52,6 +52,7 @@ use axum::response::Response;
 use futures_util::StreamExt;
 use gapless::sse::Parser;
 use gapless::Config;
+use gapless_history::test_support::{Persistence, RedisServer};
 use gapless_rmcp::{GaplessEventStore, EVENTS_LOST};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -124,6 +125,8 @@ pub(crate) struct Scenario {
     pub(crate) hold: Hold,
     /// Send resumes to a second server with its own, fresh store.
     pub(crate) resume_elsewhere: bool,
+    /// Both servers' stores over the shared history in this Redis.
+    pub(crate) redis: Option<String>,
 }
 
 /// What the client application saw, and what the proxy did.
@@ -234,6 +237,7 @@ fn covered(mode: Mode) -> Scenario {
         cut_after: 10,
         hold: Hold::No,
         resume_elsewhere: false,
+        redis: None,
     }
 }
 
@@ -274,6 +278,7 @@ async fn uncovered_resume(mode: Mode, hold: Hold) {
         cut_after: 5,
         hold,
         resume_elsewhere: false,
+        redis: None,
     };
     let Some(outcome) = run(scenario).await else {
         return;
@@ -341,6 +346,7 @@ async fn foreign_cursor_auto() {
         cut_after: 5,
         hold: Hold::No,
         resume_elsewhere: true,
+        redis: None,
     };
     let Some(outcome) = run(scenario).await else {
         return;
@@ -365,6 +371,7 @@ async fn resume_after_result(mode: Mode) {
         cut_after: 20,
         hold: Hold::UntilResultStored,
         resume_elsewhere: false,
+        redis: None,
     };
     expect_complete(scenario).await;
 }
@@ -377,4 +384,97 @@ async fn resume_after_result_legacy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resume_after_result_auto() {
     resume_after_result(Mode::Auto).await;
+}
+
+// ---------------------------------------------------------------- (e)
+//
+// Two servers whose stores share one real redis-server: the call runs on
+// the first, every resume goes to the second. With a store per process
+// (`GAPLESS_RMCP_MUTANT=per-process`) each of these gets `foreign_cursor`.
+
+/// (a) across instances, resumed in the middle of the call (after 20 of
+/// 40 notifications are stored): the second server replays what the first
+/// stored, then follows it live to the result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_covered_resume_mid_call_auto() {
+    let redis = RedisServer::start(Persistence::None);
+    expect_complete(Scenario {
+        mode: Mode::Auto,
+        ring_events: 1024,
+        count: 40,
+        interval_ms: 10,
+        cut_after: 10,
+        hold: Hold::UntilProgressStored(20),
+        resume_elsewhere: true,
+        redis: Some(redis.url()),
+    })
+    .await;
+}
+
+/// (d) across instances: the resume reaches the second server only once
+/// the first stored the result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_resume_after_result_auto() {
+    let redis = RedisServer::start(Persistence::None);
+    expect_complete(Scenario {
+        mode: Mode::Auto,
+        ring_events: 1024,
+        count: 20,
+        interval_ms: 5,
+        cut_after: 20,
+        hold: Hold::UntilResultStored,
+        resume_elsewhere: true,
+        redis: Some(redis.url()),
+    })
+    .await;
+}
+
+/// (b) across instances: Redis trimmed the stream to 16 events, so the
+/// second server answers with the same explicit gap as the first would.
+async fn shared_uncovered_resume(hold: Hold) {
+    let redis = RedisServer::start(Persistence::None);
+    let scenario = Scenario {
+        mode: Mode::Auto,
+        ring_events: 16,
+        count: 200,
+        interval_ms: 2,
+        cut_after: 5,
+        hold,
+        resume_elsewhere: true,
+        redis: Some(redis.url()),
+    };
+    let Some(outcome) = run(scenario).await else {
+        return;
+    };
+    outcome.assert_cut_and_resumed();
+    outcome.assert_events_lost("gap_not_covered");
+    assert_eq!(
+        outcome.assert_progress_prefix(),
+        5,
+        "nothing after the cut reaches the application: {outcome}"
+    );
+    let data = &outcome.error()["data"];
+    let (Some(cursor), Some(first), Some(evicted)) = (
+        data["cursor"].as_u64(),
+        data["first_retained"].as_u64(),
+        data["evicted"].as_u64(),
+    ) else {
+        panic!("the error names the lost range: {outcome}");
+    };
+    assert!(
+        first > cursor + 1,
+        "Redis trimmed past the cursor: {outcome}"
+    );
+    assert_eq!(evicted, first - cursor - 1, "{outcome}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_uncovered_resume_auto() {
+    shared_uncovered_resume(Hold::UntilResultStored).await;
+}
+
+/// The gap across instances in the middle of the call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_uncovered_resume_mid_call_auto() {
+    shared_uncovered_resume(Hold::UntilProgressStored(100)).await;
 }

@@ -11,7 +11,7 @@ pub(crate) struct Server {
 pub(crate) async fn start_server(scenario: &Scenario) -> Server {
     let (tool_tx, tool) = watch::channel(ToolProgress::default());
     let (stored_tx, stored_rx) = watch::channel(Stored::default());
-    let store = make_store(scenario.ring_events, stored_tx);
+    let store = make_store(scenario.ring_events, scenario.redis.as_deref(), stored_tx).await;
     let stored = store.is_some().then_some(stored_rx);
     let app = router(
         ProgressServer::observed(Arc::new(tool_tx)),

@@ -121,27 +121,43 @@ impl EventStore for Failing {
     }
 }
 
-/// The store a scenario's server gets: gapless, or the mutant named by
-/// `GAPLESS_RMCP_MUTANT`, wrapped in [`Observed`]; `None` for rmcp's own
-/// cache.
-pub(crate) fn make_store(
+/// The store a scenario's server gets: gapless (over the shared history
+/// at `redis`, if given), or the mutant named by `GAPLESS_RMCP_MUTANT`,
+/// wrapped in [`Observed`]; `None` for rmcp's own cache.
+pub(crate) async fn make_store(
     ring_events: usize,
+    redis: Option<&str>,
     stored: watch::Sender<Stored>,
 ) -> Option<Arc<dyn EventStore>> {
-    let gapless = || -> Arc<dyn EventStore> {
-        Arc::new(
-            GaplessEventStore::new(Config::default().events(ring_events)).expect("a ring config"),
-        )
+    let local =
+        || GaplessEventStore::new(Config::default().events(ring_events)).expect("a ring config");
+    let gapless = async || {
+        let store = local();
+        let store = match redis {
+            None => store,
+            Some(url) => {
+                let config = store.history_config(url);
+                store
+                    .with_history(config)
+                    .await
+                    .expect("the test's redis-server answers")
+            }
+        };
+        Arc::new(store) as Arc<dyn EventStore>
     };
     let inner: Arc<dyn EventStore> = match std::env::var("GAPLESS_RMCP_MUTANT").as_deref() {
-        Err(_) | Ok("" | "none") => gapless(),
+        Err(_) | Ok("" | "none") => gapless().await,
         Ok("rmcp-cache") => return None,
         Ok("naive") => Arc::new(Naive {
             capacity: ring_events,
             streams: Mutex::default(),
         }),
-        Ok("err") => Arc::new(Failing(gapless())),
-        Ok(other) => panic!("GAPLESS_RMCP_MUTANT={other}: expected rmcp-cache, naive or err"),
+        Ok("err") => Arc::new(Failing(gapless().await)),
+        // A store per process: what the shared history replaces.
+        Ok("per-process") => Arc::new(local()),
+        Ok(other) => {
+            panic!("GAPLESS_RMCP_MUTANT={other}: expected rmcp-cache, naive, err or per-process")
+        }
     };
     Some(Arc::new(Observed { inner, stored }))
 }

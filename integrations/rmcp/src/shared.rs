@@ -1,0 +1,523 @@
+//! The shared store: rmcp streams kept in the history tier that
+//! `gapless-server --redis` uses (`gapless-history`), so that any instance
+//! of an MCP server replays any stream.
+//!
+//! **Storing** (on the instance that runs the request): every event of a
+//! request stream is appended to the stream's log in Redis before
+//! `store_event` returns — Redis assigns its seq, under the epoch of the
+//! stream's local ring — and then written to that ring, so that replays
+//! on this instance read memory, with the same ids. A stream's log is
+//! created with its first event, keyed by the stream's random
+//! [`StreamKey`]; its response marks it complete (`complete.lua`): its keys
+//! expire [`completed_grace`](crate::StreamLimits::completed_grace) later,
+//! and every log expires after [`idle`](crate::StreamLimits::idle) without
+//! an append. If Redis cannot take an event, `store_event` fails (rmcp
+//! then ends the request's stream): an id is handed out only for an event
+//! every instance can replay.
+//!
+//! **Replaying** (on an instance that does not hold the stream's ring): the
+//! events after the cursor are read from Redis in pages, then the live
+//! ones as the storing instance appends them (announced on the log's
+//! channel, [`Notifier`]), until the request's response; a cursor whose
+//! events Redis trimmed gets `gap_not_covered`, one of a log Redis does not
+//! hold (expired, or never stored) or of another epoch gets
+//! `foreign_cursor`: the same signals as on the storing instance.
+//!
+//! Standalone streams (`"{session}:common"`) stay in this process: they
+//! belong to a stateful rmcp session, which only the instance that holds
+//! it serves.
+
+use crate::id::{StoreEventId, StreamKey};
+use crate::record::{self, Record};
+use crate::signal::{Reason, Signal};
+use crate::stream::is_terminal;
+use crate::GaplessEventStore;
+use bytes::Bytes;
+use futures_core::Stream;
+use gapless::{EventId, Gap};
+use gapless_history::notify::Notifier;
+use gapless_history::{
+    History, HistoryConfig, HistoryError, Known, RedisHistory, SessionId, Snapshot,
+};
+use rmcp::model::{RequestId, ServerJsonRpcMessage, ServerNotification};
+use rmcp::transport::streamable_http_server::session::ServerSseMessage;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// Payload bytes read from Redis per page of a replay.
+const PAGE_BYTES: usize = gapless_history::READ_BYTES;
+
+/// Replayed messages buffered ahead of the client, per replay.
+const AHEAD: usize = 64;
+
+/// The deadline of every Redis call, unless the configuration says
+/// otherwise.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The history tier a shared store writes to and replays from: one
+/// multiplexed Redis connection for every call and one pub/sub connection
+/// for every stream followed live, per process.
+pub(crate) struct Shared {
+    history: RedisHistory,
+    notifier: Arc<Notifier>,
+}
+
+/// What a stream of a shared store adds to its local ring: its log's
+/// creation, and the order of its appends.
+#[derive(Debug, Default)]
+pub(crate) struct SharedStream {
+    /// Set once the stream's log exists in Redis.
+    created: tokio::sync::OnceCell<()>,
+    /// Held from an event's append to Redis until it is in the local ring:
+    /// the ring's seqs are Redis's.
+    appending: tokio::sync::Mutex<()>,
+}
+
+/// Why [`GaplessEventStore::store`] in a shared store failed: nothing was
+/// stored, and rmcp ends the request's stream.
+#[derive(Debug)]
+pub enum SharedStoreError {
+    /// The operating system's random source failed to draw a new stream's
+    /// key.
+    RandomSource(gapless::id::RandomSourceError),
+    /// Redis did not take the event (unreachable, or it refused).
+    History(HistoryError),
+    /// Redis moved the stream to a new epoch (it lost events it had
+    /// acknowledged, see `gapless-history`): the stream cannot continue
+    /// under the ids already handed out, and a resume with one of them
+    /// gets `foreign_cursor`.
+    EpochMoved {
+        /// The stream's epoch so far.
+        was: u64,
+        /// The epoch Redis continues it under.
+        now: u64,
+    },
+}
+
+impl std::fmt::Display for SharedStoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::RandomSource(error) => write!(f, "cannot draw a stream key: {error}"),
+            Self::History(error) => write!(f, "the event was not stored: {error}"),
+            Self::EpochMoved { was, now } => write!(
+                f,
+                "the shared history lost events of this stream: epoch {was:016x} continues as {now:016x}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for SharedStoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::RandomSource(error) => Some(error),
+            Self::History(error) => Some(error),
+            Self::EpochMoved { .. } => None,
+        }
+    }
+}
+
+impl GaplessEventStore {
+    /// The history configuration this store's request streams need in the
+    /// Redis at `url`: logs trimmed to the request rings' events and bytes,
+    /// expiring after the limits' idle period, every call within
+    /// [`DEFAULT_TIMEOUT`].
+    pub fn history_config(&self, url: impl Into<String>) -> HistoryConfig {
+        HistoryConfig {
+            url: url.into(),
+            cluster: false,
+            timeout: DEFAULT_TIMEOUT,
+            retention: self.config().requested_events(),
+            retention_bytes: self.config().requested_bytes(),
+            idle: self.limits().idle,
+            ca_file: None,
+        }
+    }
+
+    /// This store over the shared history `config` (usually
+    /// [`history_config`](Self::history_config)): its request streams are
+    /// stored in Redis, and a resume of a stream another instance stored is
+    /// served from there (see the crate docs).
+    ///
+    /// # Errors
+    /// A malformed URL, or a Redis that does not answer in time.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub async fn with_history(mut self, config: HistoryConfig) -> Result<Self, HistoryError> {
+        let timeout = config.timeout;
+        let history = RedisHistory::connect(config).await?;
+        let notifier = Notifier::start(history.client(), timeout);
+        self.shared = Some(Arc::new(Shared { history, notifier }));
+        Ok(self)
+    }
+
+    /// Whether this store keeps request streams in a shared history.
+    pub fn is_shared(&self) -> bool {
+        self.shared.is_some()
+    }
+
+    /// Stores one event of rmcp stream `stream_id` in the shared history
+    /// (a request stream) or in this process only (a standalone stream),
+    /// and returns its id; see [`store`](Self::store) for what is stored.
+    ///
+    /// # Errors
+    /// [`SharedStoreError`]: nothing was stored.
+    pub async fn store_shared(
+        &self,
+        stream_id: &str,
+        event: &ServerSseMessage,
+    ) -> Result<String, SharedStoreError> {
+        let shared = match &self.shared {
+            Some(shared) if !stream_id.ends_with(":common") => Arc::clone(shared),
+            _ => {
+                return self
+                    .store(stream_id, event)
+                    .map_err(SharedStoreError::RandomSource)
+            }
+        };
+        let now = Instant::now();
+        let now_ms = self.maybe_sweep(now);
+        let entry = self
+            .entry(stream_id, now)
+            .map_err(SharedStoreError::RandomSource)?;
+        let log = SessionId::from_bytes(entry.key.to_bytes());
+        let _order = entry.shared.appending.lock().await;
+        entry
+            .shared
+            .created
+            .get_or_try_init(|| async {
+                match shared.history.create(&log, entry.ring.epoch(), None).await {
+                    Ok(true) => Ok(()),
+                    // 128 random bits that name another stream's log.
+                    Ok(false) => Err(HistoryError::Corrupt(format!(
+                        "the log of new stream {:?} exists already",
+                        entry.key
+                    ))),
+                    Err(error) => Err(error),
+                }
+            })
+            .await
+            .map_err(SharedStoreError::History)?;
+        let mut parsed = None;
+        let mut payload = match &event.message {
+            Some(message) => {
+                entry.learn(message, now_ms);
+                match serde_json::to_vec(message.as_ref()) {
+                    Ok(json) => {
+                        parsed = Some(message);
+                        json
+                    }
+                    Err(_) => record::lost(0),
+                }
+            }
+            None => {
+                entry.clocks.touch(now_ms);
+                record::marker(event.retry)
+            }
+        };
+        if payload.len() > entry.ring.max_payload() {
+            payload = record::lost(payload.len());
+            parsed = None;
+        }
+        let known = Known {
+            epoch: entry.ring.epoch(),
+            published: entry.ring.published(),
+        };
+        let (epoch, first) = shared
+            .history
+            .append(&log, known, &[Bytes::from(payload.clone())])
+            .await
+            .map_err(SharedStoreError::History)?;
+        if epoch != known.epoch || first != known.published + 1 {
+            // This process's copy is of an epoch Redis no longer has: drop
+            // it, so every resume asks Redis (and is told `foreign_cursor`).
+            self.free(&entry.key, &entry);
+            return Err(SharedStoreError::EpochMoved {
+                was: known.epoch,
+                now: epoch,
+            });
+        }
+        let seq = match entry.ring.emit(&payload) {
+            Ok(seq) => seq,
+            // Checked against `max_payload` above; a placeholder always fits.
+            Err(error) => unreachable!("a record within max_payload fits: {error}"),
+        };
+        debug_assert_eq!(seq, first, "the ring's seqs are Redis's");
+        if let Some(message) = parsed {
+            entry.remember(seq, payload.len(), message);
+            if is_terminal(message) {
+                // Best effort: a log that is not marked expires when idle.
+                let _ = shared
+                    .history
+                    .complete(&log, self.limits().completed_grace)
+                    .await;
+            }
+        }
+        Ok(entry.event_id(seq))
+    }
+
+    /// A replay of `last_event_id` from the shared history, when this store
+    /// is shared and the cursor names a stream this process does not hold;
+    /// `None` otherwise (the local [`replay`](Self::replay) answers).
+    pub(crate) fn replay_shared(&self, last_event_id: &str) -> Option<RemoteReplay> {
+        let shared = Arc::clone(self.shared.as_ref()?);
+        let id: StoreEventId = last_event_id.parse().ok()?;
+        if self.rings.get(&id.key).is_some() {
+            return None;
+        }
+        let (sender, receiver) = mpsc::channel(AHEAD);
+        let replay = Remote {
+            shared,
+            key: id.key,
+            log: SessionId::from_bytes(id.key.to_bytes()),
+            epoch: id.event.epoch,
+            after: id.event.seq,
+            last_id: last_event_id.to_owned(),
+            request_id: None,
+            sender,
+        };
+        tokio::spawn(replay.run());
+        Some(RemoteReplay { receiver })
+    }
+}
+
+/// A replay served from the shared history: what [`Remote::run`] sends.
+pub(crate) struct RemoteReplay {
+    receiver: mpsc::Receiver<ServerSseMessage>,
+}
+
+impl Stream for RemoteReplay {
+    type Item = ServerSseMessage;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.receiver.poll_recv(cx)
+    }
+}
+
+/// One replay from the shared history, run as a task of its own: it ends
+/// when the client goes away (its [`RemoteReplay`] is dropped), after the
+/// request's response, or after a signal.
+struct Remote {
+    shared: Arc<Shared>,
+    key: StreamKey,
+    log: SessionId,
+    /// The cursor's epoch: the stream's, or the cursor is foreign.
+    epoch: u64,
+    /// The last seq sent (at first, the cursor's).
+    after: u64,
+    /// The id of the last event sent (at first, the cursor).
+    last_id: String,
+    /// The affected request's id, once an event read tells it.
+    request_id: Option<RequestId>,
+    sender: mpsc::Sender<ServerSseMessage>,
+}
+
+/// What a replay does after a page.
+enum Next {
+    /// Read the next page now.
+    Read,
+    /// Wait for an append.
+    Wait,
+    /// Done: the response was sent, or a signal, or the client left.
+    End,
+}
+
+impl Remote {
+    async fn run(mut self) {
+        // Followed before the first read: nothing appended after it is
+        // missed (the first change is the subscription's confirmation).
+        let mut followed = self.shared.notifier.follow(self.log);
+        let mut first = true;
+        loop {
+            // The first read starts at the cursor's own event: a cursor
+            // that is the response ends the replay at once.
+            let from = if first {
+                self.after.saturating_sub(1)
+            } else {
+                self.after
+            };
+            let next = match self.shared.history.after(&self.log, from, PAGE_BYTES).await {
+                Ok(snapshot) => self.page(snapshot, first).await,
+                // Redis is unreachable: end after what was sent; the client
+                // resumes with the last id it got, and nothing is skipped.
+                Err(_) => Next::End,
+            };
+            first = false;
+            match next {
+                Next::Read => continue,
+                Next::End => return,
+                Next::Wait => {}
+            }
+            tokio::select! {
+                change = followed.changed() => if change.is_none() { return },
+                () = self.sender.closed() => return,
+            }
+        }
+    }
+
+    /// Sends what a page of the log holds after `self.after`.
+    async fn page(&mut self, snapshot: Option<Snapshot>, first: bool) -> Next {
+        let Some(snapshot) = snapshot else {
+            return self
+                .signal(self.foreign(
+                    "the cursor names a stream no instance holds (expired, removed, or never stored here)",
+                ))
+                .await;
+        };
+        if snapshot.epoch != self.epoch {
+            let detail = format!(
+                "the cursor is from another incarnation of the stream (epoch {:016x}, now {:016x})",
+                self.epoch, snapshot.epoch
+            );
+            return self.signal(self.foreign(&detail)).await;
+        }
+        if self.after > snapshot.published {
+            let detail = format!(
+                "the cursor {} is beyond what the stream published ({})",
+                self.after, snapshot.published
+            );
+            return self.signal(self.foreign(&detail)).await;
+        }
+        self.learn(&snapshot.events);
+        if snapshot.first_retained > self.after + 1 {
+            let gap = Gap {
+                cursor: self.after,
+                first_retained: snapshot.first_retained,
+                published: snapshot.published,
+                evicted: snapshot.first_retained - self.after - 1,
+            };
+            let mut signal = Signal::gap(&gap, &self.last_id);
+            signal.request_id = self.request_id.clone();
+            return self.signal(signal).await;
+        }
+        let last_read = snapshot.events.last().map(|(seq, _)| *seq);
+        for (seq, payload) in snapshot.events {
+            if seq <= self.after {
+                // The cursor's own event, read to see whether it ended the
+                // stream.
+                if first && seq == self.after && ends_stream(&payload) {
+                    return Next::End;
+                }
+                continue;
+            }
+            let id = StoreEventId {
+                key: self.key,
+                event: EventId {
+                    epoch: self.epoch,
+                    seq,
+                },
+            }
+            .to_string();
+            let item = match record::decode(&payload) {
+                Record::Message(json) => {
+                    match serde_json::from_slice::<ServerJsonRpcMessage>(json) {
+                        Ok(message) => ServerSseMessage::new(id.clone(), message),
+                        Err(error) => {
+                            let why = format!("was stored but does not parse back ({error})");
+                            return self.lost(seq, json.len() as u64, &why).await;
+                        }
+                    }
+                }
+                Record::Marker { retry } => {
+                    let mut item = ServerSseMessage::default();
+                    item.event_id = Some(id.clone());
+                    item.retry = retry;
+                    item
+                }
+                Record::Lost { bytes } => {
+                    let why = format!(
+                        "was larger than the ring holds ({bytes} bytes) and was not stored"
+                    );
+                    return self.lost(seq, bytes, &why).await;
+                }
+                // Never appended to a log.
+                Record::Closed => return Next::End,
+            };
+            let terminal = item.message.as_deref().is_some_and(is_terminal);
+            if self.sender.send(item).await.is_err() {
+                return Next::End;
+            }
+            self.after = seq;
+            self.last_id = id;
+            if terminal {
+                return Next::End;
+            }
+        }
+        match last_read {
+            Some(last) if last < snapshot.published => Next::Read,
+            _ => Next::Wait,
+        }
+    }
+
+    fn foreign(&self, detail: &str) -> Signal {
+        let mut signal = Signal::new(Reason::ForeignCursor, &self.last_id, detail.to_owned());
+        signal.cursor = Some(self.after);
+        signal
+    }
+
+    async fn lost(&mut self, seq: u64, bytes: u64, why: &str) -> Next {
+        let mut signal = Signal::new(
+            Reason::LostEvent,
+            &self.last_id,
+            format!("event {seq} after cursor {} {why}", self.after),
+        );
+        signal.cursor = Some(self.after);
+        signal.lost = Some((seq, bytes));
+        signal.request_id = self.request_id.clone();
+        self.signal(signal).await
+    }
+
+    async fn signal(&mut self, signal: Signal) -> Next {
+        for message in signal.into_messages(&self.last_id) {
+            if self.sender.send(message).await.is_err() {
+                break;
+            }
+        }
+        Next::End
+    }
+
+    /// Learns the request's id from `events` as the local store does: its
+    /// response's or error's id, else its first progress token.
+    fn learn(&mut self, events: &[(u64, Bytes)]) {
+        let mut progress = None;
+        for (_, payload) in events {
+            let Record::Message(json) = record::decode(payload) else {
+                continue;
+            };
+            match serde_json::from_slice::<ServerJsonRpcMessage>(json) {
+                Ok(ServerJsonRpcMessage::Response(response)) => {
+                    self.request_id = Some(response.id);
+                    return;
+                }
+                Ok(ServerJsonRpcMessage::Error(error)) if error.id.is_some() => {
+                    self.request_id = error.id;
+                    return;
+                }
+                Ok(ServerJsonRpcMessage::Notification(notification)) if progress.is_none() => {
+                    if let ServerNotification::ProgressNotification(note) =
+                        notification.notification
+                    {
+                        progress = Some(note.params.progress_token.0);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if self.request_id.is_none() {
+            self.request_id = progress;
+        }
+    }
+}
+
+/// Whether a stored record is the message that ends its stream.
+fn ends_stream(payload: &[u8]) -> bool {
+    match record::decode(payload) {
+        Record::Message(json) => serde_json::from_slice::<ServerJsonRpcMessage>(json)
+            .is_ok_and(|message| is_terminal(&message)),
+        _ => false,
+    }
+}
