@@ -4,11 +4,16 @@
 //! ```text
 //! cargo run -p gapless-rmcp --example progress_server -- --addr 127.0.0.1:0 \
 //!     [--ring-events N] [--ring-bytes B] [--retry-ms MS] [--stateless] [--store gapless|rmcp]
-//!     [--max-streams N] [--stream-idle-s S] [--completed-grace-s S]
+//!     [--max-streams N] [--stream-idle-s S] [--completed-grace-s S] [--redis URL]
 //! ```
 //!
-//! The last three are the store's [`StreamLimits`] (defaults: 10,000
-//! streams, 600 s idle, 60 s after a request's result).
+//! `--max-streams`, `--stream-idle-s` and `--completed-grace-s` are the
+//! store's [`StreamLimits`] (defaults: 10,000 streams, 600 s idle, 60 s
+//! after a request's result). `--redis redis://HOST:PORT` keeps request
+//! streams in that Redis ([`GaplessEventStore::with_history`]): several
+//! servers started with the same URL (and `--stateless`, so that no
+//! request needs the session of one of them) replay each other's streams,
+//! and behave as one server for the clients.
 //!
 //! Prints its URL (`http://ADDR/mcp`) on stdout, then serves until stdin
 //! closes or the process is interrupted. `--store rmcp` runs rmcp's own
@@ -33,11 +38,12 @@ struct Args {
     stateless: bool,
     gapless: bool,
     limits: StreamLimits,
+    redis: Option<String>,
 }
 
 fn usage() -> ! {
     eprintln!(
-        "usage: progress_server --addr HOST:PORT [--ring-events N] [--ring-bytes B] [--retry-ms MS] [--stateless] [--store gapless|rmcp] [--max-streams N] [--stream-idle-s S] [--completed-grace-s S]"
+        "usage: progress_server --addr HOST:PORT [--ring-events N] [--ring-bytes B] [--retry-ms MS] [--stateless] [--store gapless|rmcp] [--max-streams N] [--stream-idle-s S] [--completed-grace-s S] [--redis URL]"
     );
     std::process::exit(2)
 }
@@ -50,6 +56,7 @@ fn parse_args() -> Args {
         stateless: false,
         gapless: true,
         limits: StreamLimits::default(),
+        redis: None,
     };
     let mut argv = std::env::args().skip(1);
     while let Some(flag) = argv.next() {
@@ -71,6 +78,7 @@ fn parse_args() -> Args {
             "--completed-grace-s" => {
                 args.limits.completed_grace = Duration::from_secs(number(value()))
             }
+            "--redis" => args.redis = Some(value()),
             "--store" => match value().as_str() {
                 "gapless" => args.gapless = true,
                 "rmcp" => args.gapless = false,
@@ -83,14 +91,29 @@ fn parse_args() -> Args {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = parse_args();
-    let store: Option<Arc<dyn EventStore>> = if args.gapless {
-        Some(Arc::new(
-            GaplessEventStore::new(args.ring)?.with_limits(args.limits),
-        ))
-    } else {
-        None
+async fn main() {
+    if let Err(error) = serve(parse_args()).await {
+        // Display, not Debug: the error's own words (a Redis URL redacted).
+        eprintln!("progress_server: {error}");
+        std::process::exit(1);
+    }
+}
+
+async fn serve(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    let store: Option<Arc<dyn EventStore>> = match (args.gapless, &args.redis) {
+        (false, None) => None,
+        (false, Some(_)) => usage(),
+        (true, redis) => {
+            let store = GaplessEventStore::new(args.ring)?.with_limits(args.limits);
+            let store = match redis {
+                None => store,
+                Some(url) => {
+                    let config = store.history_config(url.as_str());
+                    store.with_history(config).await?
+                }
+            };
+            Some(Arc::new(store))
+        }
     };
     let router = router(ProgressServer::default(), store, args.stateless, args.retry);
     let listener = tokio::net::TcpListener::bind(&args.addr).await?;
