@@ -67,10 +67,6 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// The announcement of an append: `"<session-id> <last-seq>"`, the session
 /// ID as 32 lowercase hex digits and the last seq appended in decimal.
-#[cfg_attr(
-    not(test),
-    allow(dead_code, reason = "append.lua writes it; the tests read it back")
-)]
 pub fn message(id: &SessionId, last: u64) -> String {
     format!("{id} {last}")
 }
@@ -181,14 +177,12 @@ impl Notifier {
     }
 
     /// How many sessions are followed on this instance.
-    #[cfg_attr(not(test), allow(dead_code, reason = "for tests and metrics"))]
     pub fn followed(&self) -> usize {
         self.shared.lock().len()
     }
 
     /// Whether the subscription is established now. While it is not,
     /// announcements are lost; its return is a resync.
-    #[cfg_attr(not(test), allow(dead_code, reason = "for tests and metrics"))]
     pub fn subscribed(&self) -> bool {
         self.shared.subscribed.load(Ordering::Relaxed)
     }
@@ -236,14 +230,12 @@ pub enum Change {
 
 impl Followed {
     /// The session followed.
-    #[cfg_attr(not(test), allow(dead_code, reason = "for tests and logs"))]
     pub fn id(&self) -> SessionId {
         self.id
     }
 
     /// What has been announced so far (a peek: [`changed`](Self::changed)
     /// still reports it).
-    #[cfg_attr(not(test), allow(dead_code, reason = "for tests and metrics"))]
     pub fn seen(&self) -> Seen {
         *self.receiver.borrow()
     }

@@ -24,6 +24,37 @@
 //!
 //! `examples/progress_server.rs` is a complete server.
 //!
+//! ## Several instances: the shared store
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use gapless_rmcp::GaplessEventStore;
+//! use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+//! use std::sync::Arc;
+//!
+//! let store = GaplessEventStore::sized_by_kind();
+//! let history = store.history_config("redis://10.0.0.5:6379");
+//! let store = Arc::new(store.with_history(history).await?);
+//! // Stateless: no request needs one instance's session.
+//! let sessions = NeverSessionManager::default().with_event_store(store);
+//! # let _ = sessions;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! [`GaplessEventStore::with_history`] keeps every request stream in the
+//! history tier that `gapless-server --redis` uses (the crate
+//! `gapless-history`): each event is appended to the stream's log in Redis
+//! before `store_event` returns, and any instance over the same Redis
+//! replays it — from Redis, then live as the storing instance appends, to
+//! the response — with the same ids and the same signals as the instance
+//! that stored it ([`shared`]). If Redis does not take an event,
+//! `store_event` fails ([`SharedStoreError`]) and rmcp ends that request's
+//! stream: no id is handed out for an event other instances could not
+//! replay. Logs are trimmed to the request rings' events and bytes and
+//! expire like the rings: the grace after the response, or the idle
+//! period.
+//!
 //! ## Event ids
 //!
 //! `<stream key>.<epoch>-<seq>`, e.g.
@@ -32,9 +63,9 @@
 //! hex digits; unguessable, because rmcp hands a stateless resume to the store
 //! without any session check), the epoch of that stream's ring (16 hex) and
 //! the event's seq (dense from 1, in decimal). An id locates its stream by
-//! itself, and a cursor from another server process, a removed stream or
-//! another incarnation of the ring is recognised as foreign, never read as a
-//! position. The parser is strict: every accepted id prints back the same.
+//! itself, and a cursor from another server process (one that does not
+//! share this store's history), a removed stream or another incarnation
+//! of the ring is recognised as foreign, never read as a position. The parser is strict: every accepted id prints back the same.
 //!
 //! ## What is stored
 //!
