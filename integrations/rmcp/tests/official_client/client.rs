@@ -93,11 +93,13 @@ pub(crate) async fn run(scenario: Scenario) -> Option<Outcome> {
     let python = python()?;
     let server = start_server(&scenario).await;
     let upstream = server.addr;
-    let resume_upstream = if scenario.resume_elsewhere {
-        start_server(&scenario).await.addr
+    // Kept until the client is done: an example process dies with it.
+    let elsewhere = if scenario.resume_elsewhere {
+        Some(start_server(&scenario).await)
     } else {
-        upstream
+        None
     };
+    let resume_upstream = elsewhere.as_ref().map_or(upstream, |server| server.addr);
     let cuts = Arc::new(AtomicUsize::new(0));
     let log = Arc::new(Mutex::new(Vec::new()));
     let proxy = Arc::new(Proxy {

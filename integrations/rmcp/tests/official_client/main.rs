@@ -14,7 +14,12 @@
 //!   store): -32010 `foreign_cursor`;
 //! - (d) `resume_after_result_*`: the cut comes after the last
 //!   notification and the resume only once the result is stored: the
-//!   result arrives exactly once, the progress is complete.
+//!   result arrives exactly once, the progress is complete;
+//! - (e) `shared_*`, `two_example_servers_*`: two servers whose stores
+//!   share one real `redis-server` (`GaplessEventStore::with_history`);
+//!   the call runs on the first and every resume goes to the second:
+//!   (a), (b) and (d) across instances, in process and as two
+//!   `examples/progress_server --stateless --redis URL` processes.
 //!
 //! `_legacy` runs the client with `mode="legacy"` against rmcp's legacy
 //! session mode; `_auto` with `mode="auto"` (which goes stateless against
@@ -31,7 +36,8 @@
 //! `naive` (a store that behaves like rmcp's cache: re-sends the cursor's
 //! event, saturates an evicted cursor to the oldest event, and answers an
 //! unknown cursor with `Err`, which rmcp turns into an empty 200), `err`
-//! (gapless that answers every resume with `Err`).
+//! (gapless that answers every resume with `Err`), `per-process` (gapless
+//! without the shared history: every (e) test fails).
 
 mod client;
 mod proxy;
@@ -127,6 +133,9 @@ pub(crate) struct Scenario {
     pub(crate) resume_elsewhere: bool,
     /// Both servers' stores over the shared history in this Redis.
     pub(crate) redis: Option<String>,
+    /// With `redis`: the servers are `examples/progress_server` processes
+    /// (`--stateless --redis URL`), not in this process.
+    pub(crate) processes: bool,
 }
 
 /// What the client application saw, and what the proxy did.
@@ -238,6 +247,7 @@ fn covered(mode: Mode) -> Scenario {
         hold: Hold::No,
         resume_elsewhere: false,
         redis: None,
+        processes: false,
     }
 }
 
@@ -279,6 +289,7 @@ async fn uncovered_resume(mode: Mode, hold: Hold) {
         hold,
         resume_elsewhere: false,
         redis: None,
+        processes: false,
     };
     let Some(outcome) = run(scenario).await else {
         return;
@@ -347,6 +358,7 @@ async fn foreign_cursor_auto() {
         hold: Hold::No,
         resume_elsewhere: true,
         redis: None,
+        processes: false,
     };
     let Some(outcome) = run(scenario).await else {
         return;
@@ -372,6 +384,7 @@ async fn resume_after_result(mode: Mode) {
         hold: Hold::UntilResultStored,
         resume_elsewhere: false,
         redis: None,
+        processes: false,
     };
     expect_complete(scenario).await;
 }
@@ -407,6 +420,7 @@ async fn shared_covered_resume_mid_call_auto() {
         hold: Hold::UntilProgressStored(20),
         resume_elsewhere: true,
         redis: Some(redis.url()),
+        processes: false,
     })
     .await;
 }
@@ -425,6 +439,7 @@ async fn shared_resume_after_result_auto() {
         hold: Hold::UntilResultStored,
         resume_elsewhere: true,
         redis: Some(redis.url()),
+        processes: false,
     })
     .await;
 }
@@ -442,6 +457,7 @@ async fn shared_uncovered_resume(hold: Hold) {
         hold,
         resume_elsewhere: true,
         redis: Some(redis.url()),
+        processes: false,
     };
     let Some(outcome) = run(scenario).await else {
         return;
@@ -477,4 +493,43 @@ async fn shared_uncovered_resume_auto() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_uncovered_resume_mid_call_auto() {
     shared_uncovered_resume(Hold::UntilProgressStored(100)).await;
+}
+
+/// Two `examples/progress_server --stateless --redis URL` processes behave
+/// as one server: a call cut on the first and resumed on the second in the
+/// middle (after 20 of 40 notifications are in Redis) completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_example_servers_over_one_redis_resume_mid_call_auto() {
+    let redis = RedisServer::start(Persistence::None);
+    expect_complete(Scenario {
+        mode: Mode::Auto,
+        ring_events: 1024,
+        count: 40,
+        interval_ms: 10,
+        cut_after: 10,
+        hold: Hold::UntilProgressStored(20),
+        resume_elsewhere: true,
+        redis: Some(redis.url()),
+        processes: true,
+    })
+    .await;
+}
+
+/// The same two processes: a cut before the result, resumed on the second
+/// once the first stored it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_example_servers_over_one_redis_resume_after_result_auto() {
+    let redis = RedisServer::start(Persistence::None);
+    expect_complete(Scenario {
+        mode: Mode::Auto,
+        ring_events: 1024,
+        count: 20,
+        interval_ms: 5,
+        cut_after: 20,
+        hold: Hold::UntilResultStored,
+        resume_elsewhere: true,
+        redis: Some(redis.url()),
+        processes: true,
+    })
+    .await;
 }

@@ -41,7 +41,7 @@ pub(crate) async fn forward(State(proxy): State<Arc<Proxy>>, request: Request) -
     let mut upstream = proxy.upstream;
     if let Some(cursor) = &resume {
         proxy.resumes.fetch_add(1, Ordering::SeqCst);
-        proxy.server.reached(proxy.hold).await;
+        proxy.server.reached(proxy.hold, cursor).await;
         if proxy.resume_elsewhere() {
             upstream = proxy.resume_upstream;
         }

@@ -6,9 +6,83 @@ pub(crate) struct Server {
     pub(crate) addr: SocketAddr,
     pub(crate) tool: watch::Receiver<ToolProgress>,
     pub(crate) stored: Option<watch::Receiver<Stored>>,
+    /// An example server process (killed on drop) and the Redis its store
+    /// is in, where [`Server::reached`] looks.
+    pub(crate) example: Option<(Example, String)>,
+}
+
+/// A running `examples/progress_server`, killed on drop.
+pub(crate) struct Example(std::process::Child);
+
+impl Drop for Example {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `target/<profile>/examples/progress_server`, beside this test's binary
+/// (`cargo test` builds the examples of the package).
+fn example_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let profile = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps/<test>");
+    let binary = profile.join("examples/progress_server");
+    assert!(
+        binary.exists(),
+        "{} is missing: `cargo test -p gapless-rmcp` builds it (or `cargo build -p gapless-rmcp --example progress_server`)",
+        binary.display()
+    );
+    binary
+}
+
+/// Starts `progress_server --stateless` over `redis` (without it under
+/// the `per-process` mutant) and reads the URL it prints.
+fn start_example(scenario: &Scenario, redis: &str) -> Server {
+    let mut command = Command::new(example_binary());
+    command.args([
+        "--addr",
+        "127.0.0.1:0",
+        "--stateless",
+        "--ring-events",
+        &scenario.ring_events.to_string(),
+        "--retry-ms",
+        &RETRY.as_millis().to_string(),
+    ]);
+    if std::env::var("GAPLESS_RMCP_MUTANT").as_deref() != Ok("per-process") {
+        command.args(["--redis", redis]);
+    }
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the example server");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let example = Example(child);
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)
+        .expect("read the example's URL");
+    let addr = line
+        .trim()
+        .strip_prefix("http://")
+        .and_then(|rest| rest.strip_suffix("/mcp"))
+        .and_then(|addr| addr.parse().ok())
+        .unwrap_or_else(|| panic!("the example prints http://ADDR/mcp, not {line:?}"));
+    Server {
+        addr,
+        tool: watch::channel(ToolProgress::default()).1,
+        stored: None,
+        example: Some((example, redis.to_owned())),
+    }
 }
 
 pub(crate) async fn start_server(scenario: &Scenario) -> Server {
+    if let (true, Some(redis)) = (scenario.processes, &scenario.redis) {
+        return start_example(scenario, redis);
+    }
     let (tool_tx, tool) = watch::channel(ToolProgress::default());
     let (stored_tx, stored_rx) = watch::channel(Stored::default());
     let store = make_store(scenario.ring_events, scenario.redis.as_deref(), stored_tx).await;
@@ -24,13 +98,21 @@ pub(crate) async fn start_server(scenario: &Scenario) -> Server {
         .expect("bind the server");
     let addr = listener.local_addr().expect("server address");
     tokio::spawn(async move { axum::serve(listener, app).await });
-    Server { addr, tool, stored }
+    Server {
+        addr,
+        tool,
+        stored,
+        example: None,
+    }
 }
 
 impl Server {
     /// Waits until the server has stored what `hold` names (with rmcp's
     /// own cache, which cannot be observed, until the tool did it).
-    pub(crate) async fn reached(&self, hold: Hold) {
+    pub(crate) async fn reached(&self, hold: Hold, cursor: &str) {
+        if let (Some((_, redis)), false) = (&self.example, hold == Hold::No) {
+            return logged(redis, hold, cursor).await;
+        }
         let waited = match (&self.stored, hold) {
             (_, Hold::No) => Ok(()),
             (Some(stored), hold) => {
@@ -59,5 +141,38 @@ impl Server {
             }
         };
         waited.unwrap_or_else(|_| panic!("the server reaches {hold:?} within {HOLD_DEADLINE:?}"));
+    }
+}
+
+/// Waits until the Redis at `redis` holds what `hold` names of the stream
+/// `cursor` is from: its response (`done` in its meta, set when the
+/// response is stored), or `n` + 1 events (the priming event and `n`
+/// notifications). Looks every 10 ms, for at most [`HOLD_DEADLINE`].
+async fn logged(redis: &str, hold: Hold, cursor: &str) {
+    let key = cursor.split_once('.').map_or(cursor, |(key, _)| key);
+    let meta = format!("gapless:{{{key}}}:m");
+    let port = redis.rsplit(':').next().unwrap_or_default().to_owned();
+    let field = |name: &str| -> Option<u64> {
+        let out = Command::new("redis-cli")
+            .args(["-p", &port, "HGET", &meta, name])
+            .output()
+            .ok()?;
+        String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+    };
+    let deadline = Instant::now() + HOLD_DEADLINE;
+    loop {
+        let there = match hold {
+            Hold::No => true,
+            Hold::UntilResultStored => field("done") == Some(1),
+            Hold::UntilProgressStored(n) => field("published").is_some_and(|p| p > u64::from(n)),
+        };
+        if there {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the example's Redis holds {hold:?} of {key} within {HOLD_DEADLINE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
