@@ -50,6 +50,9 @@ use tokio::sync::mpsc;
 /// Payload bytes read from Redis per page of a replay.
 const PAGE_BYTES: usize = gapless_history::READ_BYTES;
 
+/// Reads of one page tried at most, while Redis is unavailable.
+const READ_ATTEMPTS: u32 = 3;
+
 /// Replayed messages buffered ahead of the client, per replay.
 const AHEAD: usize = 64;
 
@@ -95,6 +98,16 @@ pub enum SharedStoreError {
         /// The epoch Redis continues it under.
         now: u64,
     },
+    /// Redis gave the event another seq than the next of the stream's
+    /// ring: an earlier append of this stream that failed here (a
+    /// timeout) was applied in Redis after all. The stream cannot continue
+    /// under the ids already handed out.
+    OutOfStep {
+        /// The seq the ring would give.
+        expected: u64,
+        /// The seq Redis gave.
+        got: u64,
+    },
 }
 
 impl std::fmt::Display for SharedStoreError {
@@ -106,6 +119,10 @@ impl std::fmt::Display for SharedStoreError {
                 f,
                 "the shared history lost events of this stream: epoch {was:016x} continues as {now:016x}"
             ),
+            Self::OutOfStep { expected, got } => write!(
+                f,
+                "the shared history gave this stream's event seq {got}, not {expected}: an append that failed here was applied"
+            ),
         }
     }
 }
@@ -115,7 +132,7 @@ impl std::error::Error for SharedStoreError {
         match self {
             Self::RandomSource(error) => Some(error),
             Self::History(error) => Some(error),
-            Self::EpochMoved { .. } => None,
+            Self::EpochMoved { .. } | Self::OutOfStep { .. } => None,
         }
     }
 }
@@ -232,13 +249,22 @@ impl GaplessEventStore {
             .append(&log, known, &[Bytes::from(payload.clone())])
             .await
             .map_err(SharedStoreError::History)?;
-        if epoch != known.epoch || first != known.published + 1 {
-            // This process's copy is of an epoch Redis no longer has: drop
-            // it, so every resume asks Redis (and is told `foreign_cursor`).
+        let expected = known.published + 1;
+        if epoch != known.epoch || first != expected {
+            // This process's copy no longer matches Redis: drop it, so that
+            // every resume asks Redis (and gets what Redis holds, or
+            // `foreign_cursor` for the old epoch).
             self.free(&entry.key, &entry);
-            return Err(SharedStoreError::EpochMoved {
-                was: known.epoch,
-                now: epoch,
+            return Err(if epoch != known.epoch {
+                SharedStoreError::EpochMoved {
+                    was: known.epoch,
+                    now: epoch,
+                }
+            } else {
+                SharedStoreError::OutOfStep {
+                    expected,
+                    got: first,
+                }
             });
         }
         let seq = match entry.ring.emit(&payload) {
@@ -340,7 +366,7 @@ impl Remote {
             } else {
                 self.after
             };
-            let next = match self.shared.history.after(&self.log, from, PAGE_BYTES).await {
+            let next = match self.read(from).await {
                 Ok(snapshot) => self.page(snapshot, first).await,
                 // Redis is unreachable: end after what was sent; the client
                 // resumes with the last id it got, and nothing is skipped.
@@ -355,6 +381,19 @@ impl Remote {
             tokio::select! {
                 change = followed.changed() => if change.is_none() { return },
                 () = self.sender.closed() => return,
+            }
+        }
+    }
+
+    /// The log after seq `from`: a read that meets a broken connection (a
+    /// restarted Redis) is tried again on the reconnected one, up to
+    /// [`READ_ATTEMPTS`] in all, each within the history's deadline.
+    async fn read(&self, from: u64) -> Result<Option<Snapshot>, HistoryError> {
+        let mut attempt = 1;
+        loop {
+            match self.shared.history.after(&self.log, from, PAGE_BYTES).await {
+                Err(HistoryError::Unavailable(_)) if attempt < READ_ATTEMPTS => attempt += 1,
+                result => return result,
             }
         }
     }

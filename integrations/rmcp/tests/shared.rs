@@ -212,3 +212,71 @@ async fn a_completed_streams_log_expires_after_the_grace_and_a_resume_does_not_r
         "a resume does not renew a completed log: {after_read} ms > {after_response} ms"
     );
 }
+
+/// An instance whose Redis calls time out after `timeout`.
+async fn impatient(redis: &RedisServer, timeout: Duration) -> GaplessEventStore {
+    let store = GaplessEventStore::new(Config::default().events(64).bytes(64 << 10))
+        .expect("a ring config");
+    let mut config = store.history_config(redis.url());
+    config.timeout = timeout;
+    store.with_history(config).await.expect("redis answers")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_lost_acknowledged_events_ends_the_stream_and_its_ids_become_foreign() {
+    let mut redis = RedisServer::start(Persistence::None);
+    let (a, b) = (instance(&redis, 64).await, instance(&redis, 64).await);
+    stored(&a, progress(1)).await;
+    redis.cli(&["SAVE"]);
+    stored(&a, progress(2)).await;
+    let last = stored(&a, progress(3)).await;
+    // Restarted from the snapshot: progress 2 and 3 are gone from Redis,
+    // and its `published` would give their seqs out again.
+    redis.restart();
+    // The first call may meet the connection Redis's restart broke (an
+    // `unavailable` error, nothing stored); the connection then reconnects.
+    let mut refusals = Vec::new();
+    for _ in 0..3 {
+        let error = a
+            .store_event(STREAM, &progress(4))
+            .await
+            .expect_err("the stream cannot continue under its ids");
+        let text = error.to_string();
+        refusals.push(text.clone());
+        if !text.contains("history unavailable") {
+            break;
+        }
+    }
+    let last_refusal = refusals.last().expect("at least one attempt");
+    assert!(
+        last_refusal.contains("lost events of this stream"),
+        "{refusals:?}"
+    );
+    for instance in [&a, &b] {
+        let data = signal_data(&mut replay(instance, &last).await).await;
+        assert_eq!(data["reason"], "foreign_cursor", "{data}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_that_timed_out_but_landed_is_never_given_a_second_seq() {
+    let redis = RedisServer::start(Persistence::None);
+    let a = impatient(&redis, Duration::from_millis(300)).await;
+    stored(&a, progress(1)).await;
+    redis.pause(true);
+    let error = a
+        .store_event(STREAM, &progress(2))
+        .await
+        .expect_err("Redis does not answer in time");
+    assert!(error.to_string().contains("not stored"), "{error}");
+    // The script was sent: Redis runs it once it is resumed.
+    redis.pause(false);
+    let error = a
+        .store_event(STREAM, &progress(3))
+        .await
+        .expect_err("the ring and Redis are out of step");
+    assert!(
+        error.to_string().contains("gave this stream's event seq"),
+        "{error}"
+    );
+}
