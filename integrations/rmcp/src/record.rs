@@ -13,7 +13,43 @@
 //! | `L<bytes>` | a message the ring could not hold (`bytes` long): a replay reports it lost |
 //! | `C` | the stream was removed from the store: followers end here |
 
+use rmcp::model::ServerJsonRpcMessage;
+use std::cell::RefCell;
 use std::time::Duration;
+
+/// A thread's JSON buffer above this capacity is dropped after use, so one
+/// large message does not stay allocated per thread.
+const KEPT_BUFFER: usize = 64 << 10;
+
+thread_local! {
+    /// Where [`with_json`] writes: reused, so storing a message allocates
+    /// nothing for its JSON (the ring copies it).
+    static JSON: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on `value`'s JSON as `serde_json::to_vec` writes it (or the
+/// error), written into a buffer this thread reuses.
+pub(crate) fn with_json<T>(
+    value: &ServerJsonRpcMessage,
+    f: impl FnOnce(Result<&[u8], serde_json::Error>) -> T,
+) -> T {
+    JSON.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buffer) => {
+            buffer.clear();
+            let result = serde_json::to_writer(&mut *buffer, value);
+            let out = f(result.map(|()| buffer.as_slice()));
+            if buffer.capacity() > KEPT_BUFFER {
+                *buffer = Vec::new();
+            }
+            out
+        }
+        // Only if `f` stored JSON itself: a buffer of its own.
+        Err(_) => match serde_json::to_vec(value) {
+            Ok(json) => f(Ok(&json)),
+            Err(error) => f(Err(error)),
+        },
+    })
+}
 
 /// A decoded record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

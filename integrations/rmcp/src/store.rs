@@ -260,31 +260,28 @@ impl GaplessEventStore {
         let now = Instant::now();
         let now_ms = self.maybe_sweep(now);
         let entry = self.entry(stream_id, now)?;
-        // The message kept parsed for replays, once its JSON is stored.
-        let mut parsed = None;
-        let payload = match &event.message {
+        let emitted = match &event.message {
             Some(message) => {
                 entry.learn(message, now_ms);
-                match serde_json::to_vec(message.as_ref()) {
-                    Ok(json) => {
-                        parsed = Some(message);
-                        json
-                    }
-                    Err(_) => record::lost(0),
-                }
+                // The JSON in a reused buffer (the ring copies it); the
+                // message kept parsed for replays once it is stored.
+                record::with_json(message, |json| match json {
+                    Ok(json) => entry.ring.emit(json).inspect(|&seq| {
+                        entry.remember(seq, json.len(), message);
+                        if is_terminal(message) {
+                            entry.stored_terminal(seq);
+                        }
+                    }),
+                    Err(_) => entry.ring.emit(&record::lost(0)),
+                })
             }
             None => {
                 entry.clocks.touch(now_ms);
-                record::marker(event.retry)
+                entry.ring.emit(&record::marker(event.retry))
             }
         };
-        let seq = match entry.ring.emit(&payload) {
-            Ok(seq) => {
-                if let Some(message) = parsed {
-                    entry.remember(seq, payload.len(), message);
-                }
-                seq
-            }
+        let seq = match emitted {
+            Ok(seq) => seq,
             Err(EmitError::TooLarge { len, .. }) => match entry.ring.emit(&record::lost(len)) {
                 Ok(seq) => seq,
                 // A placeholder is shorter than the smallest ring's payload
@@ -350,14 +347,17 @@ impl GaplessEventStore {
         // A resume after the stream's last event (its response): nothing
         // follows, and nothing ever will.
         if cursor > 0 {
-            if let Ok(event) = entry.ring.read(cursor) {
-                if let Record::Message(json) = record::decode(&event.payload) {
-                    if serde_json::from_slice::<ServerJsonRpcMessage>(json)
-                        .is_ok_and(|message| is_terminal(&message))
-                    {
-                        return ReplayStream::done();
-                    }
-                }
+            // The store knows where the response is; only an event after it
+            // (which rmcp never stores) is read back to tell.
+            let terminal = entry.is_terminal_at(cursor).unwrap_or_else(|| {
+                entry.ring.read(cursor).is_ok_and(|event| {
+                    matches!(record::decode(&event.payload), Record::Message(json)
+                        if serde_json::from_slice::<ServerJsonRpcMessage>(json)
+                            .is_ok_and(|message| is_terminal(&message)))
+                })
+            });
+            if terminal {
+                return ReplayStream::done();
             }
         }
         ReplayStream::follow(entry, cursor, last_event_id.to_owned())

@@ -2,11 +2,12 @@
 //! ring, what the store learned from its messages), and [`is_terminal`]:
 //! which message ends a request's stream.
 
-use crate::id::{StoreEventId, StreamKey};
+use crate::id::StreamKey;
 use crate::lifecycle::Clocks;
 use gapless::Ring;
 use rmcp::model::{RequestId, ServerJsonRpcMessage, ServerNotification};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 /// Parsed messages a stream keeps at most (besides their bytes in the
@@ -44,6 +45,12 @@ pub(crate) struct StreamEntry {
     recent: Mutex<Recent>,
     /// An eighth of the ring's bytes.
     recent_bytes: usize,
+    /// Every event id of the stream up to its seq: `"{key}.{epoch:016x}-"`
+    /// (an event id is this and the seq in decimal), formatted once.
+    id_prefix: String,
+    /// The seq of the first response or error stored as a message;
+    /// `u64::MAX` until then.
+    terminal_seq: AtomicU64,
 }
 
 impl StreamEntry {
@@ -51,6 +58,7 @@ impl StreamEntry {
     /// nothing yet.
     pub(crate) fn new(key: StreamKey, stream_id: String, ring: Arc<Ring>, now_ms: u64) -> Self {
         let recent_bytes = ring.geometry().arena_bytes() / 8;
+        let id_prefix = format!("{key}.{:016x}-", ring.epoch());
         Self {
             key,
             stream_id,
@@ -60,6 +68,27 @@ impl StreamEntry {
             response_id: OnceLock::new(),
             recent: Mutex::new(Recent::default()),
             recent_bytes,
+            id_prefix,
+            terminal_seq: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    /// The response or error `message` was stored at `seq` (the first one
+    /// counts).
+    pub(crate) fn stored_terminal(&self, seq: u64) {
+        self.terminal_seq.fetch_min(seq, Ordering::Relaxed);
+    }
+
+    /// Whether the event at `seq` is the stream's response or error:
+    /// `Some` when the store knows without reading the ring (`seq` is at or
+    /// before the first one stored), `None` when only the record can say
+    /// (an event after it, which rmcp never stores).
+    pub(crate) fn is_terminal_at(&self, seq: u64) -> Option<bool> {
+        let terminal = self.terminal_seq.load(Ordering::Relaxed);
+        match seq.cmp(&terminal) {
+            std::cmp::Ordering::Less => Some(false),
+            std::cmp::Ordering::Equal => Some(true),
+            std::cmp::Ordering::Greater => None,
         }
     }
 
@@ -107,15 +136,13 @@ impl StreamEntry {
             .cloned()
     }
 
+    /// The id of the event at `seq`: what [`StoreEventId`](crate::id::StoreEventId)'s `Display`
+    /// writes, from the stream's formatted prefix and the seq.
     pub(crate) fn event_id(&self, seq: u64) -> String {
-        StoreEventId {
-            key: self.key,
-            event: gapless::EventId {
-                epoch: self.ring.epoch(),
-                seq,
-            },
-        }
-        .to_string()
+        let mut id = String::with_capacity(self.id_prefix.len() + 20);
+        id.push_str(&self.id_prefix);
+        push_decimal(&mut id, seq);
+        id
     }
 
     /// Notes what `message`, stored at `now_ms`, tells about the stream's
@@ -149,6 +176,22 @@ impl StreamEntry {
     }
 }
 
+/// Appends `n` in decimal (no leading zeros), without the formatting
+/// machinery.
+fn push_decimal(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend(digits[at..].iter().map(|&digit| char::from(digit)));
+}
+
 /// Whether a message ends its request's stream: rmcp sends a request
 /// stream's response or error last and closes the stream after it.
 pub(crate) fn is_terminal(message: &ServerJsonRpcMessage) -> bool {
@@ -156,4 +199,49 @@ pub(crate) fn is_terminal(message: &ServerJsonRpcMessage) -> bool {
         message,
         ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::id::StoreEventId;
+    use gapless::Config;
+
+    #[test]
+    fn event_ids_are_what_store_event_id_displays() {
+        let key = StreamKey::random().expect("the OS random source");
+        let ring = Arc::new(Ring::new(Config::default().events(64).bytes(16 << 10)));
+        let entry = StreamEntry::new(key, "s".to_owned(), Arc::clone(&ring), 0);
+        for seq in [0, 1, 9, 10, 42, 99, 100, 12_345, u64::MAX - 1, u64::MAX] {
+            let expected = StoreEventId {
+                key,
+                event: gapless::EventId {
+                    epoch: ring.epoch(),
+                    seq,
+                },
+            }
+            .to_string();
+            assert_eq!(entry.event_id(seq), expected);
+            assert_eq!(
+                entry
+                    .event_id(seq)
+                    .parse::<StoreEventId>()
+                    .map(|id| id.event.seq),
+                Ok(seq)
+            );
+        }
+    }
+
+    #[test]
+    fn knows_the_first_terminal_seq() {
+        let key = StreamKey::random().expect("the OS random source");
+        let ring = Arc::new(Ring::new(Config::default().events(64).bytes(16 << 10)));
+        let entry = StreamEntry::new(key, "s".to_owned(), ring, 0);
+        assert_eq!(entry.is_terminal_at(5), Some(false));
+        entry.stored_terminal(7);
+        entry.stored_terminal(9);
+        assert_eq!(entry.is_terminal_at(6), Some(false));
+        assert_eq!(entry.is_terminal_at(7), Some(true));
+        assert_eq!(entry.is_terminal_at(9), None);
+    }
 }
