@@ -133,8 +133,8 @@ impl GaplessEventStore {
         if self.streams.get(&entry.stream_id).as_deref() == Some(key) {
             self.streams.remove(&entry.stream_id);
         }
-        // Wakes and ends live followers (see `record`); cannot be too large.
-        let _ = entry_now.ring.emit(record::CLOSED);
+        // Wakes and ends live followers (see `record`).
+        entry_now.close();
         true
     }
 
@@ -189,10 +189,12 @@ impl GaplessEventStore {
         self.rings.len()
     }
 
-    /// The ring of the rmcp stream `stream_id`, if it has one.
+    /// The ring of the rmcp stream `stream_id`, if it has one, at its
+    /// configured size (a stream still on its smaller first ring moves to
+    /// it now).
     pub fn ring(&self, stream_id: &str) -> Option<Arc<Ring>> {
         let key = self.streams.get(stream_id)?;
-        self.rings.get(&*key).map(|entry| Arc::clone(&entry.ring))
+        self.rings.get(&*key).map(|entry| entry.full_ring())
     }
 
     /// Frees the ring of the rmcp stream `stream_id` (once replays still
@@ -206,8 +208,8 @@ impl GaplessEventStore {
         let Some(entry) = self.rings.remove(&*key) else {
             return false;
         };
-        // Wakes and ends live followers (see `record`); cannot be too large.
-        let _ = entry.ring.emit(record::CLOSED);
+        // Wakes and ends live followers (see `record`).
+        entry.close();
         true
     }
 
@@ -238,7 +240,7 @@ impl GaplessEventStore {
             Ok(StreamEntry::new(
                 *key,
                 stream_id.to_owned(),
-                Arc::new(Ring::new(self.ring_config(stream_id))),
+                self.ring_config(stream_id),
                 now_ms,
             ))
         }));
@@ -266,23 +268,23 @@ impl GaplessEventStore {
                 // The JSON in a reused buffer (the ring copies it); the
                 // message kept parsed for replays once it is stored.
                 record::with_json(message, |json| match json {
-                    Ok(json) => entry.ring.emit(json).inspect(|&seq| {
+                    Ok(json) => entry.emit(json).inspect(|&seq| {
                         entry.remember(seq, json.len(), message);
                         if is_terminal(message) {
                             entry.stored_terminal(seq);
                         }
                     }),
-                    Err(_) => entry.ring.emit(&record::lost(0)),
+                    Err(_) => entry.emit(&record::lost(0)),
                 })
             }
             None => {
                 entry.clocks.touch(now_ms);
-                entry.ring.emit(&record::marker(event.retry))
+                entry.emit(&record::marker(event.retry))
             }
         };
         let seq = match emitted {
             Ok(seq) => seq,
-            Err(EmitError::TooLarge { len, .. }) => match entry.ring.emit(&record::lost(len)) {
+            Err(EmitError::TooLarge { len, .. }) => match entry.emit(&record::lost(len)) {
                 Ok(seq) => seq,
                 // A placeholder is shorter than the smallest ring's payload
                 // limit (`gapless::config::MIN_BYTES`).
@@ -324,14 +326,15 @@ impl GaplessEventStore {
             );
         };
         entry.clocks.touch(now_ms);
-        if entry.ring.epoch() != id.event.epoch {
+        let ring = entry.ring();
+        if ring.epoch() != id.event.epoch {
             return foreign(format!(
                 "the cursor is from another incarnation of the stream (epoch {:016x}, now {:016x})",
                 id.event.epoch,
-                entry.ring.epoch()
+                ring.epoch()
             ));
         }
-        match entry.ring.coverage(cursor) {
+        match ring.coverage(cursor) {
             Coverage::Covered { .. } => {}
             Coverage::Ahead { published, .. } => {
                 return foreign(format!(
@@ -350,7 +353,7 @@ impl GaplessEventStore {
             // The store knows where the response is; only an event after it
             // (which rmcp never stores) is read back to tell.
             let terminal = entry.is_terminal_at(cursor).unwrap_or_else(|| {
-                entry.ring.read(cursor).is_ok_and(|event| {
+                ring.read(cursor).is_ok_and(|event| {
                     matches!(record::decode(&event.payload), Record::Message(json)
                         if serde_json::from_slice::<ServerJsonRpcMessage>(json)
                             .is_ok_and(|message| is_terminal(&message)))
