@@ -130,10 +130,10 @@ impl StreamEntry {
         let words = payload.len().div_ceil(8);
         let geometry = ring.geometry();
         // Half of each, less one event and one word for the `Moved`
-        // record: whatever the ring's reserve, nothing is evicted.
-        let fits = payload.len() <= ring.max_payload()
-            && writer.events + 2 <= geometry.events() / 2
-            && writer.words + words + 1 <= geometry.bytes() / 16;
+        // record: whatever the ring's reserve, nothing is evicted (and a
+        // payload within half the bytes is within the ring's payload limit).
+        let fits = writer.events + 2 <= geometry.events() / 2
+            && writer.words + words < geometry.bytes() / 16;
         if fits {
             let seq = ring.emit(payload)?;
             writer.events += 1;

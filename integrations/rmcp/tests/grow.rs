@@ -133,8 +133,9 @@ async fn a_replay_following_live_follows_the_stream_onto_its_grown_ring() {
     assert_eq!(items, expected);
 }
 
-/// Mutation: emitting such a message into the small first ring stores a
-/// placeholder, and the replay yields the lost-event signal instead.
+/// Mutation: growing by the event count only emits such a message into the
+/// small first ring, which refuses it: a placeholder is stored and the
+/// replay yields the lost-event signal (under the cursor's id) instead.
 #[tokio::test]
 async fn a_message_larger_than_the_first_ring_but_not_the_stream_is_kept() {
     let s = GaplessEventStore::sized_by_kind();
@@ -173,7 +174,11 @@ async fn the_ring_handed_out_is_the_configured_one() {
         "the configured ring"
     );
     let second = store(&s, progress(2, "step 2")).await;
-    assert_eq!(ring.published(), 3, "the store emits to the ring handed out");
+    assert_eq!(
+        ring.published(),
+        3,
+        "the store emits to the ring handed out"
+    );
     let items = drain(&mut {
         let stream = replay(&s, &priming).await;
         store(&s, result()).await;
