@@ -112,8 +112,14 @@ impl Following {
     /// stream moved rings), or a new state.
     fn next(&mut self, event: Event) -> Result<Option<ServerSseMessage>, State> {
         let id = self.entry.event_id(event.seq);
-        // A recent message is kept parsed: no JSON to parse back.
-        if let Some(message) = self.entry.recall(event.seq) {
+        let record = record::decode(&event.payload);
+        // A recent message is kept parsed: no JSON to parse back. Only for
+        // a message record: the `Moved` record of a stream's first ring has
+        // the seq its next message got in the grown ring.
+        if let Some(message) = matches!(record, Record::Message(_))
+            .then(|| self.entry.recall(event.seq))
+            .flatten()
+        {
             self.last_seq = event.seq;
             self.last_id.clone_from(&id);
             if is_terminal(&message) {
@@ -124,7 +130,7 @@ impl Following {
             item.message = Some(message);
             return Ok(Some(item));
         }
-        match record::decode(&event.payload) {
+        match record {
             Record::Message(json) => match serde_json::from_slice::<ServerJsonRpcMessage>(json) {
                 Ok(message) => {
                     let terminal = is_terminal(&message);

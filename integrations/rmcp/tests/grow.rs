@@ -133,6 +133,33 @@ async fn a_replay_following_live_follows_the_stream_onto_its_grown_ring() {
     assert_eq!(items, expected);
 }
 
+/// The same, read as each event is stored (as rmcp's live resume does): the
+/// follower reads the first ring's move record while the message stored at
+/// that seq in the grown ring is still among the recent ones kept parsed.
+/// Mutation: recalling a kept message by seq before looking at the record
+/// yields that message for the move record and never moves on: the next
+/// read times out.
+#[tokio::test]
+async fn a_replay_read_as_events_are_stored_follows_the_stream_onto_its_grown_ring() {
+    let s = GaplessEventStore::sized_by_kind();
+    let priming = store(&s, ServerSseMessage::retry(Duration::from_secs(3))).await;
+    let mut live = replay(&s, &priming).await;
+    for n in 1..=MANY {
+        let id = store(&s, progress(n, &format!("step {n}"))).await;
+        let item = next(&mut live).await.expect("the progress just stored");
+        assert_eq!(
+            (item.event_id.as_deref(), progress_of(&item)),
+            (Some(id.as_str()), Some(n)),
+            "progress {n}"
+        );
+    }
+    let done = store(&s, result()).await;
+    let item = next(&mut live).await.expect("the result");
+    assert_eq!(item.event_id.as_deref(), Some(done.as_str()));
+    assert!(is_result(&item));
+    assert!(next(&mut live).await.is_none(), "the replay ends after it");
+}
+
 /// Mutation: growing by the event count only emits such a message into the
 /// small first ring, which refuses it: a placeholder is stored and the
 /// replay yields the lost-event signal (under the cursor's id) instead.
