@@ -159,7 +159,10 @@
 //! [`GaplessEventStore::remove_session`] (the session's standalone stream
 //! `"{session}:common"`) free at once. Memory per stream is bounded by its
 //! `Config` (rings are allocated zeroed, so an idle ring costs only the
-//! pages written).
+//! pages written). A stream starts on a ring of at most 64 events and 16
+//! KiB and moves to its configured ring, ids unchanged, once it holds half
+//! of that: a short request stream never allocates (nor zeroes) the rest; a
+//! replay still reading the first ring keeps it allocated until it moves on.
 //!
 //! [`EventStore::store_event`]: rmcp::transport::streamable_http_server::session::EventStore::store_event
 //! [`EventStore::replay_events_after`]: rmcp::transport::streamable_http_server::session::EventStore::replay_events_after

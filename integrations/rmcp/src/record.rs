@@ -12,8 +12,45 @@
 //! | `r<millis>` | an event with no message: a priming / retry hint |
 //! | `L<bytes>` | a message the ring could not hold (`bytes` long): a replay reports it lost |
 //! | `C` | the stream was removed from the store: followers end here |
+//! | `M` | the stream moved to a larger ring (only in its first ring): followers go on there |
 
+use rmcp::model::ServerJsonRpcMessage;
+use std::cell::RefCell;
 use std::time::Duration;
+
+/// A thread's JSON buffer above this capacity is dropped after use, so one
+/// large message does not stay allocated per thread.
+const KEPT_BUFFER: usize = 64 << 10;
+
+thread_local! {
+    /// Where [`with_json`] writes: reused, so storing a message allocates
+    /// nothing for its JSON (the ring copies it).
+    static JSON: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on `value`'s JSON as `serde_json::to_vec` writes it (or the
+/// error), written into a buffer this thread reuses.
+pub(crate) fn with_json<T>(
+    value: &ServerJsonRpcMessage,
+    f: impl FnOnce(Result<&[u8], serde_json::Error>) -> T,
+) -> T {
+    JSON.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buffer) => {
+            buffer.clear();
+            let result = serde_json::to_writer(&mut *buffer, value);
+            let out = f(result.map(|()| buffer.as_slice()));
+            if buffer.capacity() > KEPT_BUFFER {
+                *buffer = Vec::new();
+            }
+            out
+        }
+        // Only if `f` stored JSON itself: a buffer of its own.
+        Err(_) => match serde_json::to_vec(value) {
+            Ok(json) => f(Ok(&json)),
+            Err(error) => f(Err(error)),
+        },
+    })
+}
 
 /// A decoded record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,6 +63,8 @@ pub(crate) enum Record<'a> {
     Lost { bytes: u64 },
     /// The stream was removed.
     Closed,
+    /// The stream moved to its configured ring.
+    Moved,
 }
 
 pub(crate) fn marker(retry: Option<Duration>) -> Vec<u8> {
@@ -40,6 +79,8 @@ pub(crate) fn lost(bytes: usize) -> Vec<u8> {
 }
 
 pub(crate) const CLOSED: &[u8] = b"C";
+
+pub(crate) const MOVED: &[u8] = b"M";
 
 fn number(digits: &[u8]) -> Option<u64> {
     std::str::from_utf8(digits).ok()?.parse().ok()
@@ -59,6 +100,7 @@ pub(crate) fn decode(record: &[u8]) -> Record<'_> {
             bytes: number(bytes).unwrap_or(0),
         },
         Some((b'C', [])) => Record::Closed,
+        Some((b'M', [])) => Record::Moved,
         // Never written by this crate: reported as a loss, never skipped.
         Some(_) => Record::Lost { bytes: 0 },
     }
@@ -75,6 +117,7 @@ mod tests {
         assert_eq!(decode(&marker(retry)), Record::Marker { retry });
         assert_eq!(decode(&lost(1 << 20)), Record::Lost { bytes: 1 << 20 });
         assert_eq!(decode(CLOSED), Record::Closed);
+        assert_eq!(decode(MOVED), Record::Moved);
         assert_eq!(decode(b"{\"a\":1}"), Record::Message(b"{\"a\":1}"));
         assert_eq!(decode(b"?"), Record::Lost { bytes: 0 });
         assert_eq!(decode(b"rx"), Record::Lost { bytes: 0 });

@@ -76,7 +76,7 @@ impl ReplayStream {
     }
 
     pub(crate) fn follow(entry: Arc<StreamEntry>, cursor: u64, last_id: String) -> Self {
-        let follower = Follower::new(Arc::clone(&entry.ring), cursor).with_max_batch(MAX_BATCH);
+        let follower = Follower::new(entry.ring(), cursor).with_max_batch(MAX_BATCH);
         Self {
             state: State::Follow(Box::new(Following {
                 entry,
@@ -108,11 +108,18 @@ impl Following {
         self.signal(signal)
     }
 
-    /// What the next copied event turns into: an item, or a new state.
-    fn next(&mut self, event: Event) -> Result<ServerSseMessage, State> {
+    /// What the next copied event turns into: an item, nothing (the
+    /// stream moved rings), or a new state.
+    fn next(&mut self, event: Event) -> Result<Option<ServerSseMessage>, State> {
         let id = self.entry.event_id(event.seq);
-        // A recent message is kept parsed: no JSON to parse back.
-        if let Some(message) = self.entry.recall(event.seq) {
+        let record = record::decode(&event.payload);
+        // A recent message is kept parsed: no JSON to parse back. Only for
+        // a message record: the `Moved` record of a stream's first ring has
+        // the seq its next message got in the grown ring.
+        if let Some(message) = matches!(record, Record::Message(_))
+            .then(|| self.entry.recall(event.seq))
+            .flatten()
+        {
             self.last_seq = event.seq;
             self.last_id.clone_from(&id);
             if is_terminal(&message) {
@@ -121,9 +128,9 @@ impl Following {
             let mut item = ServerSseMessage::default();
             item.event_id = Some(id);
             item.message = Some(message);
-            return Ok(item);
+            return Ok(Some(item));
         }
-        match record::decode(&event.payload) {
+        match record {
             Record::Message(json) => match serde_json::from_slice::<ServerJsonRpcMessage>(json) {
                 Ok(message) => {
                     let terminal = is_terminal(&message);
@@ -134,7 +141,7 @@ impl Following {
                         // Yield it, then end (the caller sees `Done`).
                         self.pending.clear();
                     }
-                    Ok(item)
+                    Ok(Some(item))
                 }
                 Err(error) => Err(self.lost(
                     event.seq,
@@ -148,7 +155,7 @@ impl Following {
                 let mut item = ServerSseMessage::default();
                 item.event_id = Some(id);
                 item.retry = retry;
-                Ok(item)
+                Ok(Some(item))
             }
             Record::Lost { bytes } => Err(self.lost(
                 event.seq,
@@ -156,6 +163,14 @@ impl Following {
                 &format!("was larger than the ring holds ({bytes} bytes) and was not stored"),
             )),
             Record::Closed => Err(State::Done),
+            Record::Moved => {
+                // The stream's events from here on are in its grown ring,
+                // at the same seqs (see `StreamEntry::emit`).
+                self.follower =
+                    Follower::new(self.entry.ring(), self.last_seq).with_max_batch(MAX_BATCH);
+                self.pending.clear();
+                Ok(None)
+            }
         }
     }
 }
@@ -175,7 +190,8 @@ impl Stream for ReplayStream {
                 State::Follow(following) => {
                     if let Some(event) = following.pending.pop_front() {
                         match following.next(event) {
-                            Ok(item) => {
+                            Ok(None) => continue,
+                            Ok(Some(item)) => {
                                 if item.message.as_deref().is_some_and(is_terminal) {
                                     this.state = State::Done;
                                 }

@@ -207,7 +207,7 @@ impl GaplessEventStore {
             .shared
             .created
             .get_or_try_init(|| async {
-                match shared.history.create(&log, entry.ring.epoch(), None).await {
+                match shared.history.create(&log, entry.ring().epoch(), None).await {
                     Ok(true) => Ok(()),
                     // 128 random bits that name another stream's log.
                     Ok(false) => Err(HistoryError::Corrupt(format!(
@@ -236,13 +236,20 @@ impl GaplessEventStore {
                 record::marker(event.retry)
             }
         };
-        if payload.len() > entry.ring.max_payload() {
+        // What the stream's configured ring takes (a stream may still be
+        // on its smaller first ring, which grows for it).
+        let max_payload = self
+            .ring_config(stream_id)
+            .geometry()
+            .map_or(0, |geometry| geometry.max_payload());
+        if payload.len() > max_payload {
             payload = record::lost(payload.len());
             parsed = None;
         }
+        let ring = entry.ring();
         let known = Known {
-            epoch: entry.ring.epoch(),
-            published: entry.ring.published(),
+            epoch: ring.epoch(),
+            published: ring.published(),
         };
         let (epoch, first) = shared
             .history
@@ -267,7 +274,7 @@ impl GaplessEventStore {
                 }
             });
         }
-        let seq = match entry.ring.emit(&payload) {
+        let seq = match entry.emit(&payload) {
             Ok(seq) => seq,
             // Checked against `max_payload` above; a placeholder always fits.
             Err(error) => unreachable!("a record within max_payload fits: {error}"),
@@ -276,6 +283,7 @@ impl GaplessEventStore {
         if let Some(message) = parsed {
             entry.remember(seq, payload.len(), message);
             if is_terminal(message) {
+                entry.stored_terminal(seq);
                 // Best effort: a log that is not marked expires when idle.
                 let _ = shared
                     .history
@@ -473,8 +481,8 @@ impl Remote {
                     );
                     return self.lost(seq, bytes, &why).await;
                 }
-                // Never appended to a log.
-                Record::Closed => return Next::End,
+                // Never appended to a log: a record of this process's rings.
+                Record::Closed | Record::Moved => return Next::End,
             };
             let terminal = item.message.as_deref().is_some_and(is_terminal);
             if self.sender.send(item).await.is_err() {

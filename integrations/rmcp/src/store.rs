@@ -137,8 +137,8 @@ impl GaplessEventStore {
         if self.streams.get(&entry.stream_id).as_deref() == Some(key) {
             self.streams.remove(&entry.stream_id);
         }
-        // Wakes and ends live followers (see `record`); cannot be too large.
-        let _ = entry_now.ring.emit(record::CLOSED);
+        // Wakes and ends live followers (see `record`).
+        entry_now.close();
         true
     }
 
@@ -180,7 +180,7 @@ impl GaplessEventStore {
     }
 
     /// The ring size of rmcp stream `stream_id`, by its kind.
-    fn ring_config(&self, stream_id: &str) -> Config {
+    pub(crate) fn ring_config(&self, stream_id: &str) -> Config {
         if stream_id.ends_with(":common") {
             self.standalone
         } else {
@@ -193,10 +193,12 @@ impl GaplessEventStore {
         self.rings.len()
     }
 
-    /// The ring of the rmcp stream `stream_id`, if it has one.
+    /// The ring of the rmcp stream `stream_id`, if it has one, at its
+    /// configured size (a stream still on its smaller first ring moves to
+    /// it now).
     pub fn ring(&self, stream_id: &str) -> Option<Arc<Ring>> {
         let key = self.streams.get(stream_id)?;
-        self.rings.get(&*key).map(|entry| Arc::clone(&entry.ring))
+        self.rings.get(&*key).map(|entry| entry.full_ring())
     }
 
     /// Frees the ring of the rmcp stream `stream_id` (once replays still
@@ -210,8 +212,8 @@ impl GaplessEventStore {
         let Some(entry) = self.rings.remove(&*key) else {
             return false;
         };
-        // Wakes and ends live followers (see `record`); cannot be too large.
-        let _ = entry.ring.emit(record::CLOSED);
+        // Wakes and ends live followers (see `record`).
+        entry.close();
         true
     }
 
@@ -246,7 +248,7 @@ impl GaplessEventStore {
             Ok(StreamEntry::new(
                 *key,
                 stream_id.to_owned(),
-                Arc::new(Ring::new(self.ring_config(stream_id))),
+                self.ring_config(stream_id),
                 now_ms,
             ))
         }));
@@ -268,32 +270,29 @@ impl GaplessEventStore {
         let now = Instant::now();
         let now_ms = self.maybe_sweep(now);
         let entry = self.entry(stream_id, now)?;
-        // The message kept parsed for replays, once its JSON is stored.
-        let mut parsed = None;
-        let payload = match &event.message {
+        let emitted = match &event.message {
             Some(message) => {
                 entry.learn(message, now_ms);
-                match serde_json::to_vec(message.as_ref()) {
-                    Ok(json) => {
-                        parsed = Some(message);
-                        json
-                    }
-                    Err(_) => record::lost(0),
-                }
+                // The JSON in a reused buffer (the ring copies it); the
+                // message kept parsed for replays once it is stored.
+                record::with_json(message, |json| match json {
+                    Ok(json) => entry.emit(json).inspect(|&seq| {
+                        entry.remember(seq, json.len(), message);
+                        if is_terminal(message) {
+                            entry.stored_terminal(seq);
+                        }
+                    }),
+                    Err(_) => entry.emit(&record::lost(0)),
+                })
             }
             None => {
                 entry.clocks.touch(now_ms);
-                record::marker(event.retry)
+                entry.emit(&record::marker(event.retry))
             }
         };
-        let seq = match entry.ring.emit(&payload) {
-            Ok(seq) => {
-                if let Some(message) = parsed {
-                    entry.remember(seq, payload.len(), message);
-                }
-                seq
-            }
-            Err(EmitError::TooLarge { len, .. }) => match entry.ring.emit(&record::lost(len)) {
+        let seq = match emitted {
+            Ok(seq) => seq,
+            Err(EmitError::TooLarge { len, .. }) => match entry.emit(&record::lost(len)) {
                 Ok(seq) => seq,
                 // A placeholder is shorter than the smallest ring's payload
                 // limit (`gapless::config::MIN_BYTES`).
@@ -335,14 +334,15 @@ impl GaplessEventStore {
             );
         };
         entry.clocks.touch(now_ms);
-        if entry.ring.epoch() != id.event.epoch {
+        let ring = entry.ring();
+        if ring.epoch() != id.event.epoch {
             return foreign(format!(
                 "the cursor is from another incarnation of the stream (epoch {:016x}, now {:016x})",
                 id.event.epoch,
-                entry.ring.epoch()
+                ring.epoch()
             ));
         }
-        match entry.ring.coverage(cursor) {
+        match ring.coverage(cursor) {
             Coverage::Covered { .. } => {}
             Coverage::Ahead { published, .. } => {
                 return foreign(format!(
@@ -358,14 +358,17 @@ impl GaplessEventStore {
         // A resume after the stream's last event (its response): nothing
         // follows, and nothing ever will.
         if cursor > 0 {
-            if let Ok(event) = entry.ring.read(cursor) {
-                if let Record::Message(json) = record::decode(&event.payload) {
-                    if serde_json::from_slice::<ServerJsonRpcMessage>(json)
-                        .is_ok_and(|message| is_terminal(&message))
-                    {
-                        return ReplayStream::done();
-                    }
-                }
+            // The store knows where the response is; only an event after it
+            // (which rmcp never stores) is read back to tell.
+            let terminal = entry.is_terminal_at(cursor).unwrap_or_else(|| {
+                ring.read(cursor).is_ok_and(|event| {
+                    matches!(record::decode(&event.payload), Record::Message(json)
+                        if serde_json::from_slice::<ServerJsonRpcMessage>(json)
+                            .is_ok_and(|message| is_terminal(&message)))
+                })
+            });
+            if terminal {
+                return ReplayStream::done();
             }
         }
         ReplayStream::follow(entry, cursor, last_event_id.to_owned())

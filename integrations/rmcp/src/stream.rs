@@ -2,12 +2,22 @@
 //! ring, what the store learned from its messages), and [`is_terminal`]:
 //! which message ends a request's stream.
 
-use crate::id::{StoreEventId, StreamKey};
+use crate::id::StreamKey;
 use crate::lifecycle::Clocks;
-use gapless::Ring;
+use crate::record;
+use gapless::{Config, EmitError, Ring};
 use rmcp::model::{RequestId, ServerJsonRpcMessage, ServerNotification};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+/// A stream whose ring is configured larger than this starts on a ring of
+/// this many events and bytes (at most), and moves to its configured size
+/// only once it holds half of them (see [`StreamEntry::emit`]): a ring is
+/// allocated zeroed, and most request streams (one call's progress and
+/// result) never need more.
+const FIRST_EVENTS: usize = 64;
+const FIRST_BYTES: usize = 16 << 10;
 
 /// Parsed messages a stream keeps at most (besides their bytes in the
 /// ring), newest first.
@@ -26,13 +36,29 @@ pub(crate) struct Recent {
     bytes: usize,
 }
 
+/// What the emitter of a stream on its first ring tracks.
+#[derive(Debug)]
+struct Writer {
+    /// The configured ring, while the stream is on a smaller first ring.
+    full: Option<Config>,
+    /// Events emitted to the first ring.
+    events: usize,
+    /// Their payload words (as the ring counts them: 8 bytes rounded up).
+    words: usize,
+}
+
 /// One rmcp stream: its ring and what the store learned about it.
 #[derive(Debug)]
 pub(crate) struct StreamEntry {
     pub(crate) key: StreamKey,
     /// rmcp's id of the stream.
     pub(crate) stream_id: String,
-    pub(crate) ring: Arc<Ring>,
+    /// The ring events go to: the first ring, then the configured one once
+    /// the stream has grown (see [`emit`](Self::emit)).
+    ring: Mutex<Arc<Ring>>,
+    /// Emits in seq order; while the stream is on its first ring, what it
+    /// holds.
+    writer: Mutex<Writer>,
     /// Its last use and completion, for the store's limits.
     pub(crate) clocks: Clocks,
     /// The token of the first `notifications/progress` stored on the
@@ -46,23 +72,126 @@ pub(crate) struct StreamEntry {
     recent_bytes: usize,
     /// In a shared store: the stream's log in Redis.
     pub(crate) shared: crate::shared::SharedStream,
+    /// Every event id of the stream up to its seq: `"{key}.{epoch:016x}-"`
+    /// (an event id is this and the seq in decimal), formatted once.
+    id_prefix: String,
+    /// The seq of the first response or error stored as a message;
+    /// `u64::MAX` until then.
+    terminal_seq: AtomicU64,
 }
 
 impl StreamEntry {
     /// rmcp stream `stream_id`, created at `now_ms`, that has stored
-    /// nothing yet.
-    pub(crate) fn new(key: StreamKey, stream_id: String, ring: Arc<Ring>, now_ms: u64) -> Self {
-        let recent_bytes = ring.geometry().arena_bytes() / 8;
+    /// nothing yet, with a ring sized by `config` (starting smaller if
+    /// `config` is larger than the first ring).
+    pub(crate) fn new(key: StreamKey, stream_id: String, config: Config, now_ms: u64) -> Self {
+        let first = config
+            .events(config.requested_events().min(FIRST_EVENTS))
+            .bytes(config.requested_bytes().min(FIRST_BYTES));
+        let full = (first != config).then_some(config);
+        let ring = Arc::new(Ring::new(first));
+        let recent_bytes = config.requested_bytes() / 8;
+        let id_prefix = format!("{key}.{:016x}-", ring.epoch());
         Self {
             key,
             stream_id,
-            ring,
+            ring: Mutex::new(ring),
+            writer: Mutex::new(Writer {
+                full,
+                events: 0,
+                words: 0,
+            }),
             clocks: Clocks::new(now_ms),
             progress_id: OnceLock::new(),
             response_id: OnceLock::new(),
             recent: Mutex::new(Recent::default()),
             recent_bytes,
             shared: crate::shared::SharedStream::default(),
+            id_prefix,
+            terminal_seq: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    /// The stream's ring now (its first ring until the stream grows).
+    pub(crate) fn ring(&self) -> Arc<Ring> {
+        Arc::clone(&self.ring.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Emits `payload` as the stream's next event. On the first ring, an
+    /// event that would take the stream past half of its events or bytes
+    /// (or that is larger than the first ring takes) first moves the stream
+    /// to its configured ring: the first ring never evicts anything.
+    ///
+    /// # Errors
+    /// As [`Ring::emit`]: a payload too large for the configured ring.
+    pub(crate) fn emit(&self, payload: &[u8]) -> Result<u64, EmitError> {
+        let mut writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        let ring = self.ring();
+        let Some(full) = writer.full else {
+            return ring.emit(payload);
+        };
+        let words = payload.len().div_ceil(8);
+        let geometry = ring.geometry();
+        // Half of each, less one event and one word for the `Moved`
+        // record: whatever the ring's reserve, nothing is evicted (and a
+        // payload within half the bytes is within the ring's payload limit).
+        let fits = writer.events + 2 <= geometry.events() / 2
+            && writer.words + words < geometry.bytes() / 16;
+        if fits {
+            let seq = ring.emit(payload)?;
+            writer.events += 1;
+            writer.words += words;
+            return Ok(seq);
+        }
+        self.grow(&mut writer, &ring, full).emit(payload)
+    }
+
+    /// The stream's ring at its configured size: the stream grows now if it
+    /// has not yet (for callers outside the store, who may emit to it).
+    pub(crate) fn full_ring(&self) -> Arc<Ring> {
+        let mut writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        let ring = self.ring();
+        match writer.full {
+            Some(full) => self.grow(&mut writer, &ring, full),
+            None => ring,
+        }
+    }
+
+    /// Moves the stream from its first ring `first` to a ring sized by
+    /// `full`, under the writer's lock.
+    fn grow(&self, writer: &mut Writer, first: &Ring, full: Config) -> Arc<Ring> {
+        let grown = Arc::new(grow(first, full));
+        *self.ring.lock().unwrap_or_else(PoisonError::into_inner) = Arc::clone(&grown);
+        writer.full = None;
+        // Followers of the first ring move on (see `record`); it fits, as
+        // room for it was kept.
+        let _ = first.emit(record::MOVED);
+        grown
+    }
+
+    /// Marks the stream removed: its live followers end (see `record`).
+    pub(crate) fn close(&self) {
+        let _writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        // Cannot be too large.
+        let _ = self.ring().emit(record::CLOSED);
+    }
+
+    /// The response or error `message` was stored at `seq` (the first one
+    /// counts).
+    pub(crate) fn stored_terminal(&self, seq: u64) {
+        self.terminal_seq.fetch_min(seq, Ordering::Relaxed);
+    }
+
+    /// Whether the event at `seq` is the stream's response or error:
+    /// `Some` when the store knows without reading the ring (`seq` is at or
+    /// before the first one stored), `None` when only the record can say
+    /// (an event after it, which rmcp never stores).
+    pub(crate) fn is_terminal_at(&self, seq: u64) -> Option<bool> {
+        let terminal = self.terminal_seq.load(Ordering::Relaxed);
+        match seq.cmp(&terminal) {
+            std::cmp::Ordering::Less => Some(false),
+            std::cmp::Ordering::Equal => Some(true),
+            std::cmp::Ordering::Greater => None,
         }
     }
 
@@ -110,15 +239,13 @@ impl StreamEntry {
             .cloned()
     }
 
+    /// The id of the event at `seq`: what [`StoreEventId`](crate::id::StoreEventId)'s `Display`
+    /// writes, from the stream's formatted prefix and the seq.
     pub(crate) fn event_id(&self, seq: u64) -> String {
-        StoreEventId {
-            key: self.key,
-            event: gapless::EventId {
-                epoch: self.ring.epoch(),
-                seq,
-            },
-        }
-        .to_string()
+        let mut id = String::with_capacity(self.id_prefix.len() + 20);
+        id.push_str(&self.id_prefix);
+        push_decimal(&mut id, seq);
+        id
     }
 
     /// Notes what `message`, stored at `now_ms`, tells about the stream's
@@ -152,6 +279,45 @@ impl StreamEntry {
     }
 }
 
+/// The configured ring `full` holding what `first` holds, at the same
+/// seqs and epoch, so every id handed out names the same event in it.
+fn grow(first: &Ring, full: Config) -> Ring {
+    let start = first.first_retained().saturating_sub(1);
+    let epoch = std::num::NonZeroU64::new(first.epoch());
+    let config = match epoch {
+        Some(epoch) => full.epoch(epoch),
+        None => full,
+    };
+    let grown = Ring::new(config.start_after(start));
+    for seq in first.first_retained()..=first.published() {
+        // The first ring evicts nothing (see `emit`), so every read
+        // succeeds; were one not to, the event is reported lost, never
+        // skipped, and the seqs stay aligned.
+        let copied = match first.read(seq) {
+            Ok(event) => grown.emit(&event.payload),
+            Err(_) => grown.emit(&record::lost(0)),
+        };
+        debug_assert_eq!(copied.ok(), Some(seq));
+    }
+    grown
+}
+
+/// Appends `n` in decimal (no leading zeros), without the formatting
+/// machinery.
+fn push_decimal(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend(digits[at..].iter().map(|&digit| char::from(digit)));
+}
+
 /// Whether a message ends its request's stream: rmcp sends a request
 /// stream's response or error last and closes the stream after it.
 pub(crate) fn is_terminal(message: &ServerJsonRpcMessage) -> bool {
@@ -159,4 +325,48 @@ pub(crate) fn is_terminal(message: &ServerJsonRpcMessage) -> bool {
         message,
         ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::id::StoreEventId;
+    use gapless::Config;
+
+    #[test]
+    fn event_ids_are_what_store_event_id_displays() {
+        let key = StreamKey::random().expect("the OS random source");
+        let entry = StreamEntry::new(key, "s".to_owned(), Config::default(), 0);
+        let ring = entry.ring();
+        for seq in [0, 1, 9, 10, 42, 99, 100, 12_345, u64::MAX - 1, u64::MAX] {
+            let expected = StoreEventId {
+                key,
+                event: gapless::EventId {
+                    epoch: ring.epoch(),
+                    seq,
+                },
+            }
+            .to_string();
+            assert_eq!(entry.event_id(seq), expected);
+            assert_eq!(
+                entry
+                    .event_id(seq)
+                    .parse::<StoreEventId>()
+                    .map(|id| id.event.seq),
+                Ok(seq)
+            );
+        }
+    }
+
+    #[test]
+    fn knows_the_first_terminal_seq() {
+        let key = StreamKey::random().expect("the OS random source");
+        let entry = StreamEntry::new(key, "s".to_owned(), Config::default(), 0);
+        assert_eq!(entry.is_terminal_at(5), Some(false));
+        entry.stored_terminal(7);
+        entry.stored_terminal(9);
+        assert_eq!(entry.is_terminal_at(6), Some(false));
+        assert_eq!(entry.is_terminal_at(7), Some(true));
+        assert_eq!(entry.is_terminal_at(9), None);
+    }
 }
