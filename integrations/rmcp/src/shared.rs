@@ -207,7 +207,11 @@ impl GaplessEventStore {
             .shared
             .created
             .get_or_try_init(|| async {
-                match shared.history.create(&log, entry.ring().epoch(), None).await {
+                match shared
+                    .history
+                    .create(&log, entry.ring().epoch(), None)
+                    .await
+                {
                     Ok(true) => Ok(()),
                     // 128 random bits that name another stream's log.
                     Ok(false) => Err(HistoryError::Corrupt(format!(

@@ -45,10 +45,15 @@ mod servers;
 mod stores;
 
 use client::*;
+use example::Example;
 use proxy::*;
 use servers::*;
 use stores::*;
 
+// `Example::rss_kib` is for tests/example_flood.rs.
+#[allow(dead_code)]
+#[path = "../support/example.rs"]
+mod example;
 #[path = "../../examples/support/progress_tool.rs"]
 mod progress_tool;
 

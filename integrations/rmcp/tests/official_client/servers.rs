@@ -11,68 +11,24 @@ pub(crate) struct Server {
     pub(crate) example: Option<(Example, String)>,
 }
 
-/// A running `examples/progress_server`, killed on drop.
-pub(crate) struct Example(std::process::Child);
-
-impl Drop for Example {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// `target/<profile>/examples/progress_server`, beside this test's binary
-/// (`cargo test` builds the examples of the package).
-fn example_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let profile = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps/<test>");
-    let binary = profile.join("examples/progress_server");
-    assert!(
-        binary.exists(),
-        "{} is missing: `cargo test -p gapless-rmcp` builds it (or `cargo build -p gapless-rmcp --example progress_server`)",
-        binary.display()
-    );
-    binary
-}
-
 /// Starts `progress_server --stateless` over `redis` (without it under
 /// the `per-process` mutant) and reads the URL it prints.
 fn start_example(scenario: &Scenario, redis: &str) -> Server {
-    let mut command = Command::new(example_binary());
-    command.args([
-        "--addr",
-        "127.0.0.1:0",
+    let ring_events = scenario.ring_events.to_string();
+    let retry = RETRY.as_millis().to_string();
+    let mut args = vec![
         "--stateless",
         "--ring-events",
-        &scenario.ring_events.to_string(),
+        &ring_events,
         "--retry-ms",
-        &RETRY.as_millis().to_string(),
-    ]);
+        &retry,
+    ];
     if std::env::var("GAPLESS_RMCP_MUTANT").as_deref() != Ok("per-process") {
-        command.args(["--redis", redis]);
+        args.extend(["--redis", redis]);
     }
-    let mut child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start the example server");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let example = Example(child);
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)
-        .expect("read the example's URL");
-    let addr = line
-        .trim()
-        .strip_prefix("http://")
-        .and_then(|rest| rest.strip_suffix("/mcp"))
-        .and_then(|addr| addr.parse().ok())
-        .unwrap_or_else(|| panic!("the example prints http://ADDR/mcp, not {line:?}"));
+    let example = Example::start(&args);
     Server {
-        addr,
+        addr: example.addr,
         tool: watch::channel(ToolProgress::default()).1,
         stored: None,
         example: Some((example, redis.to_owned())),
