@@ -58,13 +58,12 @@
 //! paths and prints what each delivered (rmcp's cache jumps over the evicted
 //! events without a signal; gapless replays all of them).
 //!
-//! A third id, `gapless_64ev_16KiB`, is the same store with rings sized for
-//! the workload (`Config::default().events(64).bytes(16 << 10)`). Every
-//! stream now starts on a ring of at most that size and moves to its
-//! configured ring only past half of it, which this workload never reaches,
-//! so the two gapless ids do the same work (their spread is the run's
-//! noise); before that, the first id paid a zeroed 256 KiB ring per request
-//! stream, and the two separated that allocation from the per-event cost.
+//! A third id, `gapless_shared`, is the `gapless` store over the shared
+//! history (`with_history`, a real `redis-server` the bench starts on a
+//! free loopback port): every stored event is appended to Redis before
+//! rmcp sends it, and the resume is served by the same instance (from its
+//! ring). It is what several instances cost per event, not a peer of
+//! rmcp's in-process cache.
 //!
 //! At the end it prints the ratios of the medians (gapless ÷ rmcp default)
 //! and the cost per event.
@@ -72,7 +71,7 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use futures_util::future::join_all;
 use futures_util::StreamExt;
-use gapless::Config;
+use gapless_history::test_support::{Persistence, RedisServer};
 use gapless_rmcp::GaplessEventStore;
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_server::session::local::{
@@ -102,30 +101,34 @@ const REQUEST_ID: i64 = 1;
 enum Path {
     RmcpDefault,
     Gapless,
-    /// Rings sized for the workload (the size every stream starts on).
-    GaplessSmall,
+    /// `Gapless` over the shared history in Redis.
+    GaplessShared,
 }
 
-const PATHS: [Path; 3] = [Path::RmcpDefault, Path::Gapless, Path::GaplessSmall];
+const PATHS: [Path; 3] = [Path::RmcpDefault, Path::Gapless, Path::GaplessShared];
 
 impl Path {
     fn name(self) -> &'static str {
         match self {
             Self::RmcpDefault => "rmcp_default",
             Self::Gapless => "gapless",
-            Self::GaplessSmall => "gapless_64ev_16KiB",
+            Self::GaplessShared => "gapless_shared",
         }
     }
 
-    fn manager(self) -> Arc<LocalSessionManager> {
+    /// A fresh manager (and store); the shared one over the Redis at
+    /// `redis`.
+    async fn manager(self, redis: &str) -> Arc<LocalSessionManager> {
         let manager = LocalSessionManager::default();
         Arc::new(match self {
             Self::RmcpDefault => manager,
             Self::Gapless => manager.with_event_store(Arc::new(GaplessEventStore::sized_by_kind())),
-            Self::GaplessSmall => manager.with_event_store(Arc::new(
-                GaplessEventStore::new(Config::default().events(64).bytes(16 << 10))
-                    .expect("a valid config"),
-            )),
+            Self::GaplessShared => {
+                let store = GaplessEventStore::sized_by_kind();
+                let config = store.history_config(redis);
+                let store = store.with_history(config).await.expect("redis answers");
+                manager.with_event_store(Arc::new(store))
+            }
         })
     }
 }
@@ -316,8 +319,8 @@ struct Timings {
 
 /// One iteration: fresh manager and sessions (untimed), the two phases
 /// (timed apart), teardown (untimed). Checks what each resume delivered.
-async fn iteration(path: Path, messages: &Arc<Messages>, n: usize) -> Timings {
-    let manager = path.manager();
+async fn iteration(path: Path, messages: &Arc<Messages>, n: usize, redis: &str) -> Timings {
+    let manager = path.manager(redis).await;
     let sessions = open(&manager, messages, n).await;
 
     let start = Instant::now();
@@ -362,7 +365,7 @@ async fn iteration(path: Path, messages: &Arc<Messages>, n: usize) -> Timings {
         let first = match path {
             // `CachedTx::sync` re-sends the cursor's own event.
             Path::RmcpDefault => CURSOR,
-            Path::Gapless | Path::GaplessSmall => CURSOR + 1,
+            Path::Gapless | Path::GaplessShared => CURSOR + 1,
         };
         assert_eq!(progress, (first..=K).collect::<Vec<_>>(), "{}", path.name());
         sessions.push(session);
@@ -391,7 +394,7 @@ fn beyond_the_cache(rt: &tokio::runtime::Runtime) {
     );
     for path in [Path::RmcpDefault, Path::Gapless] {
         let (progress, result) = rt.block_on(async {
-            let manager = path.manager();
+            let manager = path.manager("").await;
             let session = open(&manager, &messages, 1).await.pop().expect("a session");
             let (session, cursor_id) = stream(
                 Arc::clone(&manager),
@@ -444,9 +447,11 @@ fn sessions(c: &mut Criterion) {
     let rt = runtime();
     beyond_the_cache(&rt);
     let messages = Messages::new(K);
-    // Warm both paths once (and check them) before any clock runs.
+    let redis = RedisServer::start(Persistence::None);
+    let redis = redis.url();
+    // Warm every path once (and check them) before any clock runs.
     for path in PATHS {
-        rt.block_on(iteration(path, &messages, 2));
+        rt.block_on(iteration(path, &messages, 2, &redis));
     }
 
     for n in SESSIONS {
@@ -461,7 +466,7 @@ fn sessions(c: &mut Criterion) {
                     b.iter_custom(|iters| {
                         let mut total = Duration::ZERO;
                         for _ in 0..iters {
-                            let timings = rt.block_on(iteration(path, &messages, n));
+                            let timings = rt.block_on(iteration(path, &messages, n, &redis));
                             total += if phase == "stream" {
                                 timings.stream
                             } else {
@@ -534,7 +539,7 @@ fn ratios(_: &mut Criterion) {
                 default / 1e3,
                 default / events,
             );
-            for path in [Path::Gapless, Path::GaplessSmall] {
+            for path in [Path::Gapless, Path::GaplessShared] {
                 if let Some(gapless) = median_ns(&group, &format!("{}/{n}", path.name())) {
                     line += &format!(
                         "  {} {:>8.1} µs ({:>5.0} ns/event, ratio {:.2})",
