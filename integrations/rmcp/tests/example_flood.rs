@@ -1,4 +1,4 @@
-//! 10,000 stateless calls against `examples/progress_server --stateless`
+//! 10,000 stateless calls against `progress_server --stateless`
 //! (a process of its own): every call is a new rmcp stream with a ring,
 //! and the store frees them on its own, so the server's memory stays flat.
 //!

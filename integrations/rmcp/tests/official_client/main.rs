@@ -19,7 +19,7 @@
 //!   share one real `redis-server` (`GaplessEventStore::with_history`);
 //!   the call runs on the first and every resume goes to the second:
 //!   (a), (b) and (d) across instances, in process and as two
-//!   `examples/progress_server --stateless --redis URL` processes.
+//!   `progress_server --stateless --redis URL` processes.
 //!
 //! `_legacy` runs the client with `mode="legacy"` against rmcp's legacy
 //! session mode; `_auto` with `mode="auto"` (which goes stateless against
@@ -138,7 +138,7 @@ pub(crate) struct Scenario {
     pub(crate) resume_elsewhere: bool,
     /// Both servers' stores over the shared history in this Redis.
     pub(crate) redis: Option<String>,
-    /// With `redis`: the servers are `examples/progress_server` processes
+    /// With `redis`: the servers are `progress_server` (`examples/progress_server.rs`) processes
     /// (`--stateless --redis URL`), not in this process.
     pub(crate) processes: bool,
 }
@@ -500,7 +500,7 @@ async fn shared_uncovered_resume_mid_call_auto() {
     shared_uncovered_resume(Hold::UntilProgressStored(100)).await;
 }
 
-/// Two `examples/progress_server --stateless --redis URL` processes behave
+/// Two `progress_server --stateless --redis URL` processes behave
 /// as one server: a call cut on the first and resumed on the second in the
 /// middle (after 20 of 40 notifications are in Redis) completes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

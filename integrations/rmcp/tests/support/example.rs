@@ -1,9 +1,9 @@
-//! `examples/progress_server` as a child process of a test.
+//! `progress_server` (`examples/progress_server.rs`) as a child process of a test.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
-/// A running `examples/progress_server`, killed on drop.
+/// A running `progress_server` (`examples/progress_server.rs`), killed on drop.
 pub(crate) struct Example {
     child: Child,
     /// Where it serves (`http://ADDR/mcp`).
