@@ -30,7 +30,7 @@
 //!
 //! A silent connection (Redis paused, a network partition without RST)
 //! never ends the message stream by itself, so the subscription is also
-//! checked with a `PING` every [`PING_EVERY`], answered within the
+//! checked with a `PING` every second (`PING_EVERY`), answered within the
 //! timeout or treated as lost.
 //!
 //! The hot path is one parse and one map lookup per message: an

@@ -171,6 +171,7 @@
 #![forbid(unsafe_code)]
 #![warn(rust_2018_idioms)]
 
+mod event_store;
 mod id;
 pub mod lifecycle;
 mod record;
@@ -183,6 +184,6 @@ mod stream;
 pub use id::{ParseIdError, StoreEventId, StreamKey, StreamKeyKind, MAX_ID_LEN, STREAM_KEY_LEN};
 pub use lifecycle::StreamLimits;
 pub use replay::ReplayStream;
-pub use shared::SharedStoreError;
+pub use shared::{RemoteReplay, SharedStoreError};
 pub use signal::{Reason, EVENTS_LOST, UNKNOWN_REQUEST_ID};
 pub use store::GaplessEventStore;

@@ -30,8 +30,7 @@
 use crate::id::{StoreEventId, StreamKey};
 use crate::record::{self, Record};
 use crate::signal::{Reason, Signal};
-use crate::stream::is_terminal;
-use crate::GaplessEventStore;
+use crate::stream::{is_terminal, StreamEntry};
 use bytes::Bytes;
 use futures_core::Stream;
 use gapless::{EventId, Gap};
@@ -44,7 +43,7 @@ use rmcp::transport::streamable_http_server::session::ServerSseMessage;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::mpsc;
 
 /// Payload bytes read from Redis per page of a replay.
@@ -68,19 +67,8 @@ pub(crate) struct Shared {
     notifier: Arc<Notifier>,
 }
 
-/// What a stream of a shared store adds to its local ring: its log's
-/// creation, and the order of its appends.
-#[derive(Debug, Default)]
-pub(crate) struct SharedStream {
-    /// Set once the stream's log exists in Redis.
-    created: tokio::sync::OnceCell<()>,
-    /// Held from an event's append to Redis until it is in the local ring:
-    /// the ring's seqs are Redis's.
-    appending: tokio::sync::Mutex<()>,
-}
-
-/// Why [`GaplessEventStore::store`] in a shared store failed: nothing was
-/// stored, and rmcp ends the request's stream.
+/// Why [`GaplessEventStore::store_shared`](crate::GaplessEventStore::store_shared)
+/// failed: nothing was stored, and rmcp ends the request's stream.
 #[derive(Debug)]
 pub enum SharedStoreError {
     /// The operating system's random source failed to draw a new stream's
@@ -137,81 +125,43 @@ impl std::error::Error for SharedStoreError {
     }
 }
 
-impl GaplessEventStore {
-    /// The history configuration this store's request streams need in the
-    /// Redis at `url`: logs trimmed to the request rings' events and bytes,
-    /// expiring after the limits' idle period, every call within
-    /// [`DEFAULT_TIMEOUT`].
-    pub fn history_config(&self, url: impl Into<String>) -> HistoryConfig {
-        HistoryConfig {
-            url: url.into(),
-            cluster: false,
-            timeout: DEFAULT_TIMEOUT,
-            retention: self.config().requested_events(),
-            retention_bytes: self.config().requested_bytes(),
-            idle: self.limits().idle,
-            ca_file: None,
-        }
-    }
-
-    /// This store over the shared history `config` (usually
-    /// [`history_config`](Self::history_config)): its request streams are
-    /// stored in Redis, and a resume of a stream another instance stored is
-    /// served from there (see the crate docs).
-    ///
-    /// # Errors
-    /// A malformed URL, or a Redis that does not answer in time.
+impl Shared {
+    /// Connects to the history at `config`, and starts the announcement
+    /// connection.
     ///
     /// # Panics
     /// Outside a tokio runtime.
-    pub async fn with_history(mut self, config: HistoryConfig) -> Result<Self, HistoryError> {
+    pub(crate) async fn connect(config: HistoryConfig) -> Result<Self, HistoryError> {
         let timeout = config.timeout;
         let history = RedisHistory::connect(config).await?;
         let notifier = Notifier::start(history.client(), timeout);
-        self.shared = Some(Arc::new(Shared { history, notifier }));
-        Ok(self)
+        Ok(Self { history, notifier })
     }
 
-    /// Whether this store keeps request streams in a shared history.
-    pub fn is_shared(&self) -> bool {
-        self.shared.is_some()
-    }
-
-    /// Stores one event of rmcp stream `stream_id` in the shared history
-    /// (a request stream) or in this process only (a standalone stream),
-    /// and returns its id; see [`store`](Self::store) for what is stored.
+    /// Stores `payload` (at most the stream's configured `max_payload`) as
+    /// the next event of `entry`'s stream: its log is created first if it
+    /// is new, the event appended to it (Redis gives the seq) and then
+    /// written to the stream's ring; `parsed` is the message it encodes.
+    /// A response or error marks the log complete, to expire after
+    /// `grace`. Returns the seq.
     ///
     /// # Errors
-    /// [`SharedStoreError`]: nothing was stored.
-    pub async fn store_shared(
+    /// [`SharedStoreError`]: nothing was stored in the ring. For
+    /// `EpochMoved` and `OutOfStep` the caller drops the stream's ring.
+    pub(crate) async fn store(
         &self,
-        stream_id: &str,
-        event: &ServerSseMessage,
-    ) -> Result<String, SharedStoreError> {
-        let shared = match &self.shared {
-            Some(shared) if !stream_id.ends_with(":common") => Arc::clone(shared),
-            _ => {
-                return self
-                    .store(stream_id, event)
-                    .map_err(SharedStoreError::RandomSource)
-            }
-        };
-        let now = Instant::now();
-        let now_ms = self.maybe_sweep(now);
-        let entry = self
-            .entry(stream_id, now)
-            .map_err(SharedStoreError::RandomSource)?;
+        entry: &StreamEntry,
+        payload: &[u8],
+        parsed: Option<&Arc<ServerJsonRpcMessage>>,
+        grace: Duration,
+    ) -> Result<u64, SharedStoreError> {
         let log = SessionId::from_bytes(entry.key.to_bytes());
         let _order = entry.shared.appending.lock().await;
         entry
             .shared
             .created
             .get_or_try_init(|| async {
-                match shared
-                    .history
-                    .create(&log, entry.ring().epoch(), None)
-                    .await
-                {
+                match self.history.create(&log, entry.ring().epoch(), None).await {
                     Ok(true) => Ok(()),
                     // 128 random bits that name another stream's log.
                     Ok(false) => Err(HistoryError::Corrupt(format!(
@@ -223,64 +173,33 @@ impl GaplessEventStore {
             })
             .await
             .map_err(SharedStoreError::History)?;
-        let mut parsed = None;
-        let mut payload = match &event.message {
-            Some(message) => {
-                entry.learn(message, now_ms);
-                match serde_json::to_vec(message.as_ref()) {
-                    Ok(json) => {
-                        parsed = Some(message);
-                        json
-                    }
-                    Err(_) => record::lost(0),
-                }
-            }
-            None => {
-                entry.clocks.touch(now_ms);
-                record::marker(event.retry)
-            }
-        };
-        // What the stream's configured ring takes (a stream may still be
-        // on its smaller first ring, which grows for it).
-        let max_payload = self
-            .ring_config(stream_id)
-            .geometry()
-            .map_or(0, |geometry| geometry.max_payload());
-        if payload.len() > max_payload {
-            payload = record::lost(payload.len());
-            parsed = None;
-        }
         let ring = entry.ring();
         let known = Known {
             epoch: ring.epoch(),
             published: ring.published(),
         };
-        let (epoch, first) = shared
+        let (epoch, first) = self
             .history
-            .append(&log, known, &[Bytes::from(payload.clone())])
+            .append(&log, known, &[Bytes::copy_from_slice(payload)])
             .await
             .map_err(SharedStoreError::History)?;
         let expected = known.published + 1;
-        if epoch != known.epoch || first != expected {
-            // This process's copy no longer matches Redis: drop it, so that
-            // every resume asks Redis (and gets what Redis holds, or
-            // `foreign_cursor` for the old epoch).
-            self.free(&entry.key, &entry);
-            return Err(if epoch != known.epoch {
-                SharedStoreError::EpochMoved {
-                    was: known.epoch,
-                    now: epoch,
-                }
-            } else {
-                SharedStoreError::OutOfStep {
-                    expected,
-                    got: first,
-                }
+        if epoch != known.epoch {
+            return Err(SharedStoreError::EpochMoved {
+                was: known.epoch,
+                now: epoch,
             });
         }
-        let seq = match entry.emit(&payload) {
+        if first != expected {
+            return Err(SharedStoreError::OutOfStep {
+                expected,
+                got: first,
+            });
+        }
+        let seq = match entry.emit(payload) {
             Ok(seq) => seq,
-            // Checked against `max_payload` above; a placeholder always fits.
+            // Within the configured ring's `max_payload` (the caller's
+            // check); a placeholder always fits.
             Err(error) => unreachable!("a record within max_payload fits: {error}"),
         };
         debug_assert_eq!(seq, first, "the ring's seqs are Redis's");
@@ -289,27 +208,19 @@ impl GaplessEventStore {
             if is_terminal(message) {
                 entry.stored_terminal(seq);
                 // Best effort: a log that is not marked expires when idle.
-                let _ = shared
-                    .history
-                    .complete(&log, self.limits().completed_grace)
-                    .await;
+                let _ = self.history.complete(&log, grace).await;
             }
         }
-        Ok(entry.event_id(seq))
+        Ok(seq)
     }
 
-    /// A replay of `last_event_id` from the shared history, when this store
-    /// is shared and the cursor names a stream this process does not hold;
-    /// `None` otherwise (the local [`replay`](Self::replay) answers).
-    pub(crate) fn replay_shared(&self, last_event_id: &str) -> Option<RemoteReplay> {
-        let shared = Arc::clone(self.shared.as_ref()?);
-        let id: StoreEventId = last_event_id.parse().ok()?;
-        if self.rings.get(&id.key).is_some() {
-            return None;
-        }
+    /// A replay of the stream `id` names, strictly after it, from the
+    /// history: the events, then the live ones to the response, or a
+    /// signal. `last_event_id` is `id` as the client sent it.
+    pub(crate) fn replay(self: &Arc<Self>, id: StoreEventId, last_event_id: &str) -> RemoteReplay {
         let (sender, receiver) = mpsc::channel(AHEAD);
         let replay = Remote {
-            shared,
+            shared: Arc::clone(self),
             key: id.key,
             log: SessionId::from_bytes(id.key.to_bytes()),
             epoch: id.event.epoch,
@@ -319,12 +230,13 @@ impl GaplessEventStore {
             sender,
         };
         tokio::spawn(replay.run());
-        Some(RemoteReplay { receiver })
+        RemoteReplay { receiver }
     }
 }
 
-/// A replay served from the shared history: what [`Remote::run`] sends.
-pub(crate) struct RemoteReplay {
+/// A replay served from the shared history (what a replay task sends):
+/// the stream a resume of a stream another instance stored gets.
+pub struct RemoteReplay {
     receiver: mpsc::Receiver<ServerSseMessage>,
 }
 

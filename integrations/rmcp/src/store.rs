@@ -9,14 +9,12 @@ use crate::stream::{is_terminal, StreamEntry};
 use gapless::id::RandomSourceError;
 use gapless::{Config, ConfigError, Coverage, EmitError, Ring, Store};
 use rmcp::model::ServerJsonRpcMessage;
-use rmcp::transport::streamable_http_server::session::{
-    EventId, EventStore, EventStoreError, EventStream, ServerSseMessage,
-};
+use rmcp::transport::streamable_http_server::session::ServerSseMessage;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// rmcp's [`EventStore`] on gapless: one ring per rmcp stream, replays that
+/// rmcp's `EventStore` on gapless: one ring per rmcp stream, replays that
 /// are exact or say why not.
 ///
 /// See the [crate docs](crate) for the event ids, the signal and how rings
@@ -34,7 +32,7 @@ pub struct GaplessEventStore {
     /// rmcp stream id → the stream's key.
     streams: Store<String, StreamKey>,
     /// Stream key → its ring and what the store learned.
-    pub(crate) rings: Store<StreamKey, StreamEntry>,
+    rings: Store<StreamKey, StreamEntry>,
     /// With [`with_history`](Self::with_history): the Redis that request
     /// streams are stored in and replayed from on every instance.
     pub(crate) shared: Option<Arc<crate::shared::Shared>>,
@@ -186,6 +184,11 @@ impl GaplessEventStore {
         } else {
             self.config
         }
+    }
+
+    /// Whether this process holds the ring of the stream `key` names.
+    pub(crate) fn holds(&self, key: &StreamKey) -> bool {
+        self.rings.get(key).is_some()
     }
 
     /// How many streams hold a ring.
@@ -379,29 +382,5 @@ fn infallible<T>(result: Result<T, Infallible>) -> T {
     match result {
         Ok(value) => value,
         Err(never) => match never {},
-    }
-}
-
-#[async_trait::async_trait]
-impl EventStore for GaplessEventStore {
-    async fn store_event(
-        &self,
-        stream_id: &str,
-        event: &ServerSseMessage,
-    ) -> Result<EventId, EventStoreError> {
-        if self.shared.is_some() {
-            return Ok(self.store_shared(stream_id, event).await?);
-        }
-        Ok(self.store(stream_id, event)?)
-    }
-
-    async fn replay_events_after(
-        &self,
-        last_event_id: &str,
-    ) -> Result<EventStream, EventStoreError> {
-        if let Some(remote) = self.replay_shared(last_event_id) {
-            return Ok(Box::pin(remote));
-        }
-        Ok(Box::pin(self.replay(last_event_id)))
     }
 }

@@ -47,6 +47,17 @@ struct Writer {
     words: usize,
 }
 
+/// What a stream of a shared store ([`crate::shared`]) adds to its ring:
+/// its log's creation, and the order of its appends.
+#[derive(Debug, Default)]
+pub(crate) struct SharedStream {
+    /// Set once the stream's log exists in Redis.
+    pub(crate) created: tokio::sync::OnceCell<()>,
+    /// Held from an event's append to Redis until it is in the local ring:
+    /// the ring's seqs are Redis's.
+    pub(crate) appending: tokio::sync::Mutex<()>,
+}
+
 /// One rmcp stream: its ring and what the store learned about it.
 #[derive(Debug)]
 pub(crate) struct StreamEntry {
@@ -71,7 +82,7 @@ pub(crate) struct StreamEntry {
     /// An eighth of the ring's bytes.
     recent_bytes: usize,
     /// In a shared store: the stream's log in Redis.
-    pub(crate) shared: crate::shared::SharedStream,
+    pub(crate) shared: SharedStream,
     /// Every event id of the stream up to its seq: `"{key}.{epoch:016x}-"`
     /// (an event id is this and the seq in decimal), formatted once.
     id_prefix: String,
@@ -106,7 +117,7 @@ impl StreamEntry {
             response_id: OnceLock::new(),
             recent: Mutex::new(Recent::default()),
             recent_bytes,
-            shared: crate::shared::SharedStream::default(),
+            shared: SharedStream::default(),
             id_prefix,
             terminal_seq: AtomicU64::new(u64::MAX),
         }
