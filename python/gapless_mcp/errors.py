@@ -1,0 +1,61 @@
+"""The exceptions gapless raises: every one a :class:`GaplessError`."""
+
+from __future__ import annotations
+
+
+class GaplessError(Exception):
+    """Base class of every gapless error."""
+
+
+class ConfigError(GaplessError, ValueError):
+    """A ring's sizes (or epoch) are outside what gapless accepts."""
+
+
+class TooLargeError(GaplessError, ValueError):
+    """A payload larger than the ring holds: nothing was emitted.
+
+    Attributes:
+        length: the payload's length in bytes.
+        max_payload: the largest payload the ring accepts.
+    """
+
+    def __init__(self, length: int, max_payload: int) -> None:
+        super().__init__(f"payload of {length} bytes; the ring takes at most {max_payload}")
+        self.length = length
+        self.max_payload = max_payload
+
+
+class GapError(GaplessError):
+    """Events after the cursor were evicted: a replay would skip them.
+
+    Attributes:
+        cursor: the seq asked to resume after.
+        first_retained: the oldest seq still held.
+        published: the last seq emitted when the gap was found.
+        evicted: how many seqs after the cursor are gone
+            (``first_retained - cursor - 1``).
+    """
+
+    def __init__(self, cursor: int, first_retained: int, published: int, evicted: int) -> None:
+        super().__init__(
+            f"{evicted} events after cursor {cursor} are no longer retained "
+            f"(oldest retained {first_retained}, published {published})"
+        )
+        self.cursor = cursor
+        self.first_retained = first_retained
+        self.published = published
+        self.evicted = evicted
+
+
+class AheadError(GaplessError):
+    """The cursor names a seq the ring never published (a foreign cursor).
+
+    Attributes:
+        cursor: the seq asked to resume after.
+        published: the last seq the ring emitted.
+    """
+
+    def __init__(self, cursor: int, published: int) -> None:
+        super().__init__(f"cursor {cursor} is beyond what the ring published ({published})")
+        self.cursor = cursor
+        self.published = published

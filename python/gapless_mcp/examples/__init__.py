@@ -1,0 +1,1 @@
+"""Example servers (``python -m gapless_mcp.examples.progress_server``)."""

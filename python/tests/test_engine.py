@@ -1,0 +1,130 @@
+"""The compiled engine from Python: emits, replays, the typed errors, the
+follower, and the GIL released around engine work."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from gapless_mcp import AheadError, ConfigError, GapError, GaplessError, Ring, TooLargeError
+
+
+def test_emits_get_dense_seqs_and_replay_after_a_cursor_returns_the_rest() -> None:
+    ring = Ring(events=64, bytes=64 << 10)
+    seqs = [ring.emit(f"event {n}".encode()) for n in range(1, 11)]
+    assert seqs == list(range(1, 11))
+    assert ring.published == 10
+    replayed = ring.replay_after(7)
+    assert [event.seq for event in replayed] == [8, 9, 10]
+    assert [event.data for event in replayed] == [b"event 8", b"event 9", b"event 10"]
+    assert ring.replay_after(10) == []
+
+
+def test_an_evicted_cursor_raises_a_gap_with_its_figures() -> None:
+    ring = Ring(events=8, bytes=64 << 10)
+    for n in range(100):
+        ring.emit(b"x" * 16)
+    with pytest.raises(GapError) as raised:
+        ring.replay_after(3)
+    gap = raised.value
+    assert isinstance(gap, GaplessError)
+    assert gap.cursor == 3
+    assert gap.published == 100
+    assert gap.first_retained > 4
+    assert gap.evicted == gap.first_retained - gap.cursor - 1
+    coverage = ring.coverage(3)
+    assert (coverage.kind, coverage.covered) == ("gap", False)
+    assert coverage.first_retained == gap.first_retained
+    assert coverage.evicted == gap.evicted
+
+
+def test_a_cursor_beyond_what_was_published_is_ahead() -> None:
+    ring = Ring()
+    ring.emit(b"one")
+    with pytest.raises(AheadError) as raised:
+        ring.replay_after(5)
+    assert (raised.value.cursor, raised.value.published) == (5, 1)
+    assert ring.coverage(5).kind == "ahead"
+    covered = ring.coverage(0)
+    assert (covered.kind, covered.covered, covered.first, covered.published) == ("covered", True, 1, 1)
+
+
+def test_a_payload_larger_than_the_ring_takes_is_refused_and_uses_no_seq() -> None:
+    ring = Ring(events=16, bytes=4096)
+    with pytest.raises(TooLargeError) as raised:
+        ring.emit(b"x" * (ring.max_payload + 1))
+    assert raised.value.length == ring.max_payload + 1
+    assert raised.value.max_payload == ring.max_payload
+    assert ring.published == 0
+    assert ring.emit(b"x" * ring.max_payload) == 1
+
+
+def test_sizes_outside_the_engines_ranges_are_a_config_error() -> None:
+    with pytest.raises(ConfigError):
+        Ring(events=0)
+    with pytest.raises(ConfigError):
+        Ring(epoch=0)
+    assert Ring(epoch=0xC0FFEE).epoch == 0xC0FFEE
+
+
+def test_concurrent_emitters_in_threads_lose_nothing() -> None:
+    ring = Ring(events=16384, bytes=1 << 20)
+    threads, per_thread = 8, 1000
+    seqs: list[list[int]] = [[] for _ in range(threads)]
+
+    def emitter(index: int) -> None:
+        for n in range(per_thread):
+            seqs[index].append(ring.emit(f"{index}:{n}".encode()))
+
+    workers = [threading.Thread(target=emitter, args=(i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    every = sorted(seq for mine in seqs for seq in mine)
+    assert every == list(range(1, threads * per_thread + 1)), "each seq given once, none skipped"
+    payloads = {event.data for event in ring.replay_after(0)}
+    assert payloads == {f"{i}:{n}".encode() for i in range(threads) for n in range(per_thread)}
+    # Each thread's own emits are in its order.
+    for index in range(threads):
+        assert seqs[index] == sorted(seqs[index])
+
+
+def test_a_follower_waits_without_holding_the_gil() -> None:
+    """The follower blocks in the engine with the GIL released: this thread
+    keeps running and emitting meanwhile. Were the GIL held, the emit below
+    could never run and the waiter would block for good (its join fails)."""
+    ring = Ring()
+    follower = ring.follow(0)
+    got: list[bytes] = []
+    started = threading.Event()
+
+    def waiter() -> None:
+        started.set()
+        got.extend(event.data for event in follower.next())
+
+    thread = threading.Thread(target=waiter, daemon=True)
+    thread.start()
+    started.wait()
+    ring.emit(b"wake up")
+    thread.join(timeout=10)
+    assert not thread.is_alive(), "the follower returned once an event was emitted"
+    assert got == [b"wake up"]
+    assert follower.cursor == 1
+
+
+def test_a_follower_that_falls_behind_the_ring_raises_a_gap() -> None:
+    ring = Ring(events=8, bytes=64 << 10)
+    follower = ring.follow(0)
+    for _ in range(100):
+        ring.emit(b"y")
+    with pytest.raises(GapError):
+        follower.next(timeout=0)
+
+
+def test_a_follower_times_out_with_nothing() -> None:
+    ring = Ring()
+    assert ring.follow(0).next(timeout=0.01) == []
+    with pytest.raises(GaplessError):
+        ring.follow(0).next(timeout=-1.0)

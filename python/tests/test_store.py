@@ -1,0 +1,211 @@
+"""GaplessEventStore through the SDK's EventStore interface: exact replays,
+the live tail to the response, and the signal for every cursor it cannot
+serve exactly."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+from mcp.server.streamable_http import EventMessage
+from mcp_types import JSONRPCError, JSONRPCNotification, JSONRPCResponse
+
+from gapless_mcp import EVENTS_LOST, UNKNOWN_REQUEST_ID, GaplessEventStore, StreamLimits
+
+pytestmark = pytest.mark.anyio
+
+STREAM = "7"  # the SDK names a request's stream by the request's id
+TOKEN = 7
+
+
+def progress(n: int) -> JSONRPCNotification:
+    return JSONRPCNotification(
+        jsonrpc="2.0",
+        method="notifications/progress",
+        params={"progressToken": TOKEN, "progress": n, "total": 100},
+    )
+
+
+def response() -> JSONRPCResponse:
+    return JSONRPCResponse(jsonrpc="2.0", id=TOKEN, result={"content": [], "isError": False})
+
+
+class Client:
+    """What a resumed stream sends, in order."""
+
+    def __init__(self) -> None:
+        self.sent: list[EventMessage] = []
+
+    async def __call__(self, message: EventMessage) -> None:
+        self.sent.append(message)
+
+    def progress(self) -> list[int]:
+        return [
+            m.message.params["progress"]
+            for m in self.sent
+            if isinstance(m.message, JSONRPCNotification) and m.message.method == "notifications/progress"
+        ]
+
+    def error(self) -> JSONRPCError:
+        errors = [m.message for m in self.sent if isinstance(m.message, JSONRPCError)]
+        assert len(errors) == 1, self.sent
+        return errors[0]
+
+
+async def stored(store: GaplessEventStore, count: int) -> list[str]:
+    ids = [await store.store_event(STREAM, None)]  # the priming event
+    for n in range(1, count + 1):
+        ids.append(await store.store_event(STREAM, progress(n)))
+    return ids
+
+
+async def test_a_covered_cursor_replays_the_rest_then_follows_live_to_the_response() -> None:
+    store = GaplessEventStore()
+    ids = await stored(store, 3)
+    client = Client()
+    async with anyio.create_task_group() as tasks:
+        replay_result: list[object] = []
+
+        async def replay() -> None:
+            replay_result.append(await store.replay_events_after(ids[1], client))
+
+        tasks.start_soon(replay)
+        # The replay sent 2 and 3, then waits for the stream's next event.
+        await anyio.wait_all_tasks_blocked()
+        assert client.progress() == [2, 3]
+        last = await store.store_event(STREAM, progress(4))
+        end = await store.store_event(STREAM, response())
+    assert client.progress() == [2, 3, 4]
+    assert isinstance(client.sent[-1].message, JSONRPCResponse)
+    assert [m.event_id for m in client.sent] == [ids[2], ids[3], last, end]
+    assert replay_result == [None], "the replay sent everything itself"
+
+
+async def test_a_resume_after_the_response_sends_nothing() -> None:
+    store = GaplessEventStore()
+    await stored(store, 2)
+    end = await store.store_event(STREAM, response())
+    client = Client()
+    assert await store.replay_events_after(end, client) is None
+    assert client.sent == []
+
+
+async def test_an_evicted_cursor_gets_the_gap_signal_with_the_requests_id() -> None:
+    store = GaplessEventStore(ring_events=16, ring_bytes=64 << 10)
+    ids = await stored(store, 200)
+    client = Client()
+    assert await store.replay_events_after(ids[5], client) is None
+    log, error = client.sent
+    assert isinstance(log.message, JSONRPCNotification) and log.message.method == "notifications/message"
+    assert log.message.params["level"] == "error"
+    error = client.error()
+    assert error.id == TOKEN, "the progress token is the request's id"
+    assert error.error.code == EVENTS_LOST
+    data = error.error.data
+    assert data["reason"] == "gap_not_covered"
+    assert data["cursor"] == 6, "the seq of ids[5] (the priming event is seq 1)"
+    assert data["first_retained"] > 7
+    assert data["evicted"] == data["first_retained"] - 6 - 1
+    assert log.event_id == error_event_id(client) == ids[5], "the signal carries the cursor as its id"
+
+
+def error_event_id(client: Client) -> str | None:
+    return next(m.event_id for m in client.sent if isinstance(m.message, JSONRPCError))
+
+
+@pytest.mark.parametrize(
+    "cursor, reason",
+    [
+        ("0" * 32 + ".00000000000000ff-1", "foreign_cursor"),  # a key this store never issued
+        ("not-an-id", "malformed_cursor"),
+        ("", "malformed_cursor"),
+    ],
+)
+async def test_a_cursor_this_store_cannot_place_gets_its_signal(cursor: str, reason: str) -> None:
+    store = GaplessEventStore()
+    await stored(store, 3)
+    client = Client()
+    assert await store.replay_events_after(cursor, client) is None
+    error = client.error()
+    assert error.error.data["reason"] == reason
+    assert error.id == UNKNOWN_REQUEST_ID
+
+
+async def test_another_epoch_or_a_seq_never_published_is_foreign() -> None:
+    store = GaplessEventStore()
+    ids = await stored(store, 3)
+    key, rest = ids[1].split(".")
+    epoch, _ = rest.split("-")
+    other_epoch = "1" * 16 if epoch != "1" * 16 else "2" * 16
+    for cursor in [f"{key}.{other_epoch}-1", f"{key}.{epoch}-99"]:
+        client = Client()
+        await store.replay_events_after(cursor, client)
+        assert client.error().error.data["reason"] == "foreign_cursor", cursor
+
+
+async def test_a_message_too_large_for_the_ring_is_reported_lost_on_replay() -> None:
+    store = GaplessEventStore(ring_events=16, ring_bytes=4096)
+    ids = await stored(store, 1)
+    big = JSONRPCNotification(jsonrpc="2.0", method="notifications/message", params={"data": "x" * 10_000})
+    await store.store_event(STREAM, big)
+    client = Client()
+    await store.replay_events_after(ids[1], client)
+    data = client.error().error.data
+    assert data["reason"] == "lost_event"
+    assert data["lost_seq"] == 3
+    assert data["lost_bytes"] > 10_000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_completed_streams_are_freed_after_the_grace_and_their_ids_become_foreign() -> None:
+    clock = Clock()
+    store = GaplessEventStore(limits=StreamLimits(completed_grace=60, idle=600), clock=clock)
+    ids = await stored(store, 2)
+    await store.store_event(STREAM, response())
+    assert store.stream_count == 1
+    clock.now += 30
+    assert store.sweep() == 0, "within the grace"
+    client = Client()
+    await store.replay_events_after(ids[1], client)
+    assert client.progress() == [2], "a resume within the grace is served"
+    clock.now += 31
+    assert store.sweep() == 1
+    assert store.stream_count == 0
+    client = Client()
+    await store.replay_events_after(ids[1], client)
+    assert client.error().error.data["reason"] == "foreign_cursor"
+
+
+async def test_beyond_the_cap_the_least_recently_used_streams_go_first() -> None:
+    clock = Clock()
+    store = GaplessEventStore(limits=StreamLimits(max_streams=32), clock=clock)
+    for n in range(100):
+        clock.now += 1
+        await store.store_event(f"call-{n}", progress(1))
+    assert store.stream_count <= 32
+    assert store.ring("call-99") is not None, "the newest stream is kept"
+    assert store.ring("call-0") is None, "the oldest went first"
+
+
+async def test_a_replay_following_a_freed_stream_ends() -> None:
+    store = GaplessEventStore()
+    ids = await stored(store, 1)
+    client = Client()
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(store.replay_events_after, ids[1], client)
+        await anyio.wait_all_tasks_blocked()
+        assert store.remove_stream(STREAM)
+    assert client.sent == []
+
+
+def test_limits_refuse_what_could_not_work() -> None:
+    with pytest.raises(ValueError):
+        StreamLimits(max_streams=0)
+    with pytest.raises(ValueError):
+        StreamLimits(idle=float("nan"))
