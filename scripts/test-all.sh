@@ -23,6 +23,9 @@
 #      the nightly components they need; a check that cannot run fails the
 #      script unless GAPLESS_ALLOW_SKIP=1)
 #   5. fuzzing: every cargo-fuzz target for FUZZ_SECONDS (default 45) each
+#   6. the Python package: `pip install ./python` into a fresh venv and its
+#      pytest suite (scripts/python-tests.sh), the official MCP Python client
+#      against the Python example server included
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -66,3 +69,6 @@ scripts/proof.sh all
 
 step "fuzzing"
 FUZZ_SECONDS="${FUZZ_SECONDS:-45}" scripts/fuzz.sh
+
+step "the Python package (gapless_mcp)"
+scripts/python-tests.sh

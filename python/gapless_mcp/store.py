@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import deque
 import secrets
 import time
 from collections.abc import Callable
@@ -55,6 +56,11 @@ echo."""
 STANDALONE_STREAM = "_GET_stream"
 """The SDK's id of a session's standalone (GET) stream, which has no
 response: a replay of it follows until the client goes away."""
+
+# Parsed messages a stream keeps at most (besides their JSON in the ring),
+# newest first: a replay of recent events (the common resume: a client cut
+# moments ago) sends them instead of parsing their JSON back.
+_RECENT_EVENTS = 64
 
 _ID = re.compile(r"([0-9a-f]{32})\.([0-9a-f]{16})-(0|[1-9][0-9]{0,19})")
 _U64_MAX = (1 << 64) - 1
@@ -116,6 +122,30 @@ class _Stream:
     response_id: str | int | None = None
     progress_id: str | int | None = None
     wake: anyio.Event = field(default_factory=anyio.Event)
+    # The newest messages, parsed: (seq, JSON length, message), seqs
+    # increasing; at most _RECENT_EVENTS and `recent_budget` bytes of JSON.
+    recent: deque = field(default_factory=deque)
+    recent_bytes: int = 0
+    recent_budget: int = 0
+
+    def remember(self, seq: int, length: int, message: JSONRPCMessage) -> None:
+        if length > self.recent_budget:
+            return
+        self.recent.append((seq, length, message))
+        self.recent_bytes += length
+        while len(self.recent) > _RECENT_EVENTS or self.recent_bytes > self.recent_budget:
+            _, dropped, _ = self.recent.popleft()
+            self.recent_bytes -= dropped
+
+    def recall(self, seq: int) -> JSONRPCMessage | None:
+        if not self.recent or seq < self.recent[0][0]:
+            return None
+        # Dense from the oldest kept, unless a priming event or a
+        # placeholder came between: then look for it.
+        index = seq - self.recent[0][0]
+        if index < len(self.recent) and self.recent[index][0] == seq:
+            return self.recent[index][2]
+        return next((message for at, _, message in self.recent if at == seq), None)
 
     def event_id(self, seq: int) -> str:
         return f"{self.key}.{self.ring.epoch:016x}-{seq}"
@@ -231,7 +261,13 @@ class GaplessEventStore(EventStore):
             return stream
         self._make_room(now)
         events, size = self._standalone if stream_id == STANDALONE_STREAM else self._request
-        stream = _Stream(key=secrets.token_hex(16), stream_id=stream_id, ring=Ring(events, size), touched=now)
+        stream = _Stream(
+            key=secrets.token_hex(16),
+            stream_id=stream_id,
+            ring=Ring(events, size),
+            touched=now,
+            recent_budget=size // 8,
+        )
         self._by_stream[stream_id] = stream
         self._by_key[stream.key] = stream
         return stream
@@ -255,6 +291,9 @@ class GaplessEventStore(EventStore):
             seq = stream.ring.emit(payload)
         except TooLargeError as too_large:
             seq = stream.ring.emit(_LOST + str(too_large.length).encode())
+        else:
+            if message is not None:
+                stream.remember(seq, len(payload), message)
         if isinstance(message, (JSONRPCResponse, JSONRPCError)) and stream.terminal_seq is None:
             stream.terminal_seq = seq
         stream.notify()
@@ -355,7 +394,9 @@ class GaplessEventStore(EventStore):
                 if record == _CLOSED:
                     return None
                 if record.startswith(b"{"):
-                    message = jsonrpc_message_adapter.validate_json(record, by_name=False)
+                    message = stream.recall(event.seq)
+                    if message is None:
+                        message = jsonrpc_message_adapter.validate_json(record, by_name=False)
                     await send_callback(EventMessage(message, event_id))
                     cursor, last_id = event.seq, event_id
                     if isinstance(message, (JSONRPCResponse, JSONRPCError)):

@@ -51,6 +51,13 @@ class Client:
         return errors[0]
 
 
+async def replay(store: GaplessEventStore, cursor: str, client: Client) -> object:
+    """``replay_events_after``, failing the test if it has not returned
+    within 10 s (a replay that waits for events that never come)."""
+    with anyio.fail_after(10):
+        return await store.replay_events_after(cursor, client)
+
+
 async def stored(store: GaplessEventStore, count: int) -> list[str]:
     ids = [await store.store_event(STREAM, None)]  # the priming event
     for n in range(1, count + 1):
@@ -65,10 +72,10 @@ async def test_a_covered_cursor_replays_the_rest_then_follows_live_to_the_respon
     async with anyio.create_task_group() as tasks:
         replay_result: list[object] = []
 
-        async def replay() -> None:
-            replay_result.append(await store.replay_events_after(ids[1], client))
+        async def resume() -> None:
+            replay_result.append(await replay(store, ids[1], client))
 
-        tasks.start_soon(replay)
+        tasks.start_soon(resume)
         # The replay sent 2 and 3, then waits for the stream's next event.
         await anyio.wait_all_tasks_blocked()
         assert client.progress() == [2, 3]
@@ -85,7 +92,7 @@ async def test_a_resume_after_the_response_sends_nothing() -> None:
     await stored(store, 2)
     end = await store.store_event(STREAM, response())
     client = Client()
-    assert await store.replay_events_after(end, client) is None
+    assert await replay(store, end, client) is None
     assert client.sent == []
 
 
@@ -93,7 +100,7 @@ async def test_an_evicted_cursor_gets_the_gap_signal_with_the_requests_id() -> N
     store = GaplessEventStore(ring_events=16, ring_bytes=64 << 10)
     ids = await stored(store, 200)
     client = Client()
-    assert await store.replay_events_after(ids[5], client) is None
+    assert await replay(store, ids[5], client) is None
     log, error = client.sent
     assert isinstance(log.message, JSONRPCNotification) and log.message.method == "notifications/message"
     assert log.message.params["level"] == "error"
@@ -124,7 +131,7 @@ async def test_a_cursor_this_store_cannot_place_gets_its_signal(cursor: str, rea
     store = GaplessEventStore()
     await stored(store, 3)
     client = Client()
-    assert await store.replay_events_after(cursor, client) is None
+    assert await replay(store, cursor, client) is None
     error = client.error()
     assert error.error.data["reason"] == reason
     assert error.id == UNKNOWN_REQUEST_ID
@@ -138,7 +145,7 @@ async def test_another_epoch_or_a_seq_never_published_is_foreign() -> None:
     other_epoch = "1" * 16 if epoch != "1" * 16 else "2" * 16
     for cursor in [f"{key}.{other_epoch}-1", f"{key}.{epoch}-99"]:
         client = Client()
-        await store.replay_events_after(cursor, client)
+        await replay(store, cursor, client)
         assert client.error().error.data["reason"] == "foreign_cursor", cursor
 
 
@@ -148,7 +155,7 @@ async def test_a_message_too_large_for_the_ring_is_reported_lost_on_replay() -> 
     big = JSONRPCNotification(jsonrpc="2.0", method="notifications/message", params={"data": "x" * 10_000})
     await store.store_event(STREAM, big)
     client = Client()
-    await store.replay_events_after(ids[1], client)
+    await replay(store, ids[1], client)
     data = client.error().error.data
     assert data["reason"] == "lost_event"
     assert data["lost_seq"] == 3
@@ -172,13 +179,13 @@ async def test_completed_streams_are_freed_after_the_grace_and_their_ids_become_
     clock.now += 30
     assert store.sweep() == 0, "within the grace"
     client = Client()
-    await store.replay_events_after(ids[1], client)
+    await replay(store, ids[1], client)
     assert client.progress() == [2], "a resume within the grace is served"
     clock.now += 31
     assert store.sweep() == 1
     assert store.stream_count == 0
     client = Client()
-    await store.replay_events_after(ids[1], client)
+    await replay(store, ids[1], client)
     assert client.error().error.data["reason"] == "foreign_cursor"
 
 
@@ -198,7 +205,7 @@ async def test_a_replay_following_a_freed_stream_ends() -> None:
     ids = await stored(store, 1)
     client = Client()
     async with anyio.create_task_group() as tasks:
-        tasks.start_soon(store.replay_events_after, ids[1], client)
+        tasks.start_soon(replay, store, ids[1], client)
         await anyio.wait_all_tasks_blocked()
         assert store.remove_stream(STREAM)
     assert client.sent == []
@@ -209,3 +216,17 @@ def test_limits_refuse_what_could_not_work() -> None:
         StreamLimits(max_streams=0)
     with pytest.raises(ValueError):
         StreamLimits(idle=float("nan"))
+
+
+async def test_a_replay_reaching_past_the_kept_messages_parses_them_back_identically() -> None:
+    """The newest 64 messages are kept parsed; older ones are parsed back
+    from their JSON in the ring. Either way the client gets the messages
+    that were stored, in order."""
+    store = GaplessEventStore(ring_events=1024, ring_bytes=1 << 20)
+    ids = await stored(store, 150)
+    await store.store_event(STREAM, response())
+    client = Client()
+    await replay(store, ids[1], client)
+    assert client.progress() == list(range(2, 151))
+    assert [m.message for m in client.sent[:-1]] == [progress(n) for n in range(2, 151)]
+    assert isinstance(client.sent[-1].message, JSONRPCResponse)
