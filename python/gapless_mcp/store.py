@@ -19,14 +19,23 @@ from __future__ import annotations
 
 import math
 import re
-from collections import deque
 import secrets
+import sys
 import time
+import weakref
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import anyio
-from mcp.server.streamable_http import EventCallback, EventId, EventMessage, EventStore, StreamId
+from mcp.server.streamable_http import (
+    EventCallback,
+    EventId,
+    EventMessage,
+    EventStore,
+    StreamableHTTPServerTransport,
+    StreamId,
+)
 from mcp_types import (
     ErrorData,
     JSONRPCError,
@@ -111,6 +120,9 @@ class StreamLimits:
 class _Stream:
     key: str
     stream_id: str
+    # Where the store finds it by the SDK's names: (transport number,
+    # stream id).
+    slot: tuple[int, str]
     ring: Ring
     touched: float
     completed: float | None = None
@@ -191,9 +203,13 @@ class GaplessEventStore(EventStore):
         self.limits = limits or StreamLimits()
         self._clock = clock
         self._last_sweep = clock()
-        # The SDK's stream id -> the stream, and the stream key -> the stream.
-        self._by_stream: dict[str, _Stream] = {}
+        # (the storing transport's number, the SDK's stream id) -> the stream,
+        # and the stream key -> the stream.
+        self._by_stream: dict[tuple[int, str], _Stream] = {}
         self._by_key: dict[str, _Stream] = {}
+        # A number per transport that stored here (see `_session`).
+        self._sessions: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
+        self._next_session = 1
 
     # ------------------------------------------------------------ streams
 
@@ -202,16 +218,45 @@ class GaplessEventStore(EventStore):
         """How many streams hold a ring."""
         return len(self._by_key)
 
-    def ring(self, stream_id: StreamId) -> Ring | None:
-        """The ring of the SDK's stream ``stream_id``, if it has one."""
-        stream = self._by_stream.get(stream_id)
+    def ring(self, stream_id: StreamId, session: object | None = None) -> Ring | None:
+        """The ring of the SDK's stream ``stream_id`` (of the transport
+        ``session``; ``None``: stored without one), if it has one."""
+        stream = self._by_stream.get((self._number(session), stream_id))
         return stream.ring if stream else None
 
-    def remove_stream(self, stream_id: StreamId) -> bool:
-        """Frees the ring of ``stream_id`` at once: replays following it end
-        after what they have, and a resume with one of its ids is foreign."""
-        stream = self._by_stream.get(stream_id)
+    def remove_stream(self, stream_id: StreamId, session: object | None = None) -> bool:
+        """Frees the ring of ``stream_id`` (of the transport ``session``) at
+        once: replays following it end after what they have, and a resume
+        with one of its ids is foreign."""
+        stream = self._by_stream.get((self._number(session), stream_id))
         return stream is not None and self._free(stream)
+
+    def _number(self, session: object | None) -> int:
+        if session is None:
+            return 0
+        number = self._sessions.get(session)
+        if number is None:
+            number = self._next_session
+            self._next_session += 1
+            self._sessions[session] = number
+        return number
+
+    @staticmethod
+    def _session() -> object | None:
+        """The SDK transport whose method is storing now, if any.
+
+        The SDK names a request's stream by the request's id, which every
+        session reuses, and every session's standalone stream
+        ``_GET_stream``; one store serves every session's transport. The
+        transport calling ``store_event`` (its ``self``, on the calling
+        frame: ``message_router`` or ``_mint_priming_event`` in mcp 2.3.0)
+        tells the sessions apart, so two sessions' streams never share a
+        ring. A call from anything else (a test, another integration)
+        names streams by their id alone.
+        """
+        frame = sys._getframe(2)
+        caller = frame.f_locals.get("self") if frame is not None else None
+        return caller if isinstance(caller, StreamableHTTPServerTransport) else None
 
     def sweep(self, now: float | None = None) -> int:
         """Frees every stream the limits say is due at ``now`` (default: the
@@ -228,8 +273,8 @@ class GaplessEventStore(EventStore):
     def _free(self, stream: _Stream) -> bool:
         if self._by_key.pop(stream.key, None) is None:
             return False
-        if self._by_stream.get(stream.stream_id) is stream:
-            del self._by_stream[stream.stream_id]
+        if self._by_stream.get(stream.slot) is stream:
+            del self._by_stream[stream.slot]
         # Ends live replays of it (a record of its own, so seqs stay dense).
         stream.ring.emit(_CLOSED)
         stream.notify()
@@ -255,20 +300,26 @@ class GaplessEventStore(EventStore):
         for stream in order[:count]:
             self._free(stream)
 
-    def _stream(self, stream_id: str, now: float) -> _Stream:
-        stream = self._by_stream.get(stream_id)
-        if stream is not None:
+    def _stream(self, stream_id: str, session: object | None, now: float) -> _Stream:
+        slot = (self._number(session), stream_id)
+        stream = self._by_stream.get(slot)
+        if stream is not None and stream.terminal_seq is None:
             return stream
+        # New, or a request stream that ended with its response: the SDK
+        # reuses a request's id as the stream id of a later request, which
+        # starts a stream of its own (the ended one keeps its ring for its
+        # grace, reachable by its ids).
         self._make_room(now)
         events, size = self._standalone if stream_id == STANDALONE_STREAM else self._request
         stream = _Stream(
             key=secrets.token_hex(16),
             stream_id=stream_id,
+            slot=slot,
             ring=Ring(events, size),
             touched=now,
             recent_budget=size // 8,
         )
-        self._by_stream[stream_id] = stream
+        self._by_stream[slot] = stream
         self._by_key[stream.key] = stream
         return stream
 
@@ -280,7 +331,7 @@ class GaplessEventStore(EventStore):
         reports as lost (the live send still carries the message)."""
         now = self._clock()
         self._maybe_sweep(now)
-        stream = self._stream(stream_id, now)
+        stream = self._stream(stream_id, self._session(), now)
         stream.touched = now
         if message is None:
             payload = _PRIMING

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import anyio
 import pytest
-from mcp.server.streamable_http import EventMessage
+from mcp.server.streamable_http import EventMessage, StreamableHTTPServerTransport
 from mcp_types import JSONRPCError, JSONRPCNotification, JSONRPCResponse
 
 from gapless_mcp import EVENTS_LOST, UNKNOWN_REQUEST_ID, GaplessEventStore, StreamLimits
@@ -230,3 +230,43 @@ async def test_a_replay_reaching_past_the_kept_messages_parses_them_back_identic
     assert client.progress() == list(range(2, 151))
     assert [m.message for m in client.sent[:-1]] == [progress(n) for n in range(2, 151)]
     assert isinstance(client.sent[-1].message, JSONRPCResponse)
+
+
+class Transport(StreamableHTTPServerTransport):
+    """A session's transport, storing as the SDK's does (from its own
+    method)."""
+
+    async def store(self, store: GaplessEventStore, stream_id: str, message) -> str:
+        return await store.store_event(stream_id, message)
+
+
+async def test_two_sessions_reusing_a_request_id_never_share_a_stream() -> None:
+    """Every session numbers its requests from the same start, and the SDK
+    names a request's stream by that id: the store tells the sessions apart
+    by their transports, so a resume of one never gets the other's events."""
+    store = GaplessEventStore()
+    alice, bob = Transport(mcp_session_id="alice"), Transport(mcp_session_id="bob")
+    a = [await alice.store(store, STREAM, None), await alice.store(store, STREAM, progress(1))]
+    b = [await bob.store(store, STREAM, None), await bob.store(store, STREAM, progress(100))]
+    await alice.store(store, STREAM, progress(2))
+    await bob.store(store, STREAM, response())
+    await alice.store(store, STREAM, response())
+    assert a[0].split(".")[0] != b[0].split(".")[0], "two streams, two keys"
+    client = Client()
+    await replay(store, a[1], client)
+    assert client.progress() == [2], "only alice's events"
+    client = Client()
+    await replay(store, b[1], client)
+    assert client.progress() == [], "only bob's: his response"
+    assert isinstance(client.sent[-1].message, JSONRPCResponse)
+
+
+async def test_a_request_id_reused_after_its_response_starts_a_new_stream() -> None:
+    store = GaplessEventStore()
+    first = await stored(store, 2)
+    await store.store_event(STREAM, response())
+    second = await stored(store, 3)
+    assert first[0].split(".")[0] != second[0].split(".")[0]
+    client = Client()
+    await replay(store, first[1], client)
+    assert client.progress() == [2], "the first call's stream ends at its response"
