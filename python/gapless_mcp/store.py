@@ -13,6 +13,16 @@ ring (16 hex digits) and the event's seq (decimal). An id locates its stream
 by itself; an id of another process, of a freed stream or of an earlier
 incarnation is *foreign*, never read as a position. The grammar is the one
 ``gapless-rmcp`` uses.
+
+The SDK names a request's stream by the request's id, which every session
+reuses, and one store serves every session: the store tells sessions apart
+by the transport that stores (see ``GaplessEventStore._session``), and a
+request id stored to after its response starts a stream of its own. A
+replay needs neither: its cursor's key names the stream.
+
+Streams are freed on their own (:class:`StreamLimits`: 10,000 at most, 10
+minutes idle, 60 s after a request's response); a resume with an id of a
+freed stream is foreign. One store serves one event loop.
 """
 
 from __future__ import annotations
