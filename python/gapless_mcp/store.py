@@ -143,7 +143,11 @@ class _Stream:
     # request id as the token).
     response_id: str | int | None = None
     progress_id: str | int | None = None
-    wake: anyio.Event = field(default_factory=anyio.Event)
+    # Set by the next store, for the replays waiting on it (made by the
+    # first replay that waits: a store nobody follows makes none).
+    wake: anyio.Event | None = None
+    # Every event id of the stream but its seq, formatted once.
+    prefix: str = ""
     # The newest messages, parsed: (seq, JSON length, message), seqs
     # increasing; at most _RECENT_EVENTS and `recent_budget` bytes of JSON.
     recent: deque = field(default_factory=deque)
@@ -169,8 +173,11 @@ class _Stream:
             return self.recent[index][2]
         return next((message for at, _, message in self.recent if at == seq), None)
 
+    def __post_init__(self) -> None:
+        self.prefix = f"{self.key}.{self.ring.epoch:016x}-"
+
     def event_id(self, seq: int) -> str:
-        return f"{self.key}.{self.ring.epoch:016x}-{seq}"
+        return self.prefix + str(seq)
 
     @property
     def request_id(self) -> str | int | None:
@@ -178,8 +185,16 @@ class _Stream:
 
     def notify(self) -> None:
         """Wakes every replay waiting for this stream's next event."""
-        wake, self.wake = self.wake, anyio.Event()
-        wake.set()
+        if self.wake is not None:
+            self.wake.set()
+            self.wake = None
+
+    def waiter(self) -> anyio.Event:
+        """What the next store sets: take it before reading the ring, so
+        that nothing stored after the read is missed."""
+        if self.wake is None:
+            self.wake = anyio.Event()
+        return self.wake
 
 
 class GaplessEventStore(EventStore):
@@ -425,7 +440,7 @@ class GaplessEventStore(EventStore):
             return None
         last_id = last_event_id
         while True:
-            wake = stream.wake
+            wake = stream.waiter()
             try:
                 events = stream.ring.replay_after(cursor)
             except GapError as gap:
