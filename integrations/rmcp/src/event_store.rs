@@ -11,7 +11,6 @@ use rmcp::transport::streamable_http_server::session::{
     EventId, EventStore, EventStoreError, EventStream, ServerSseMessage,
 };
 use std::sync::Arc;
-use std::time::Instant;
 
 impl GaplessEventStore {
     /// The history configuration this store's request streams need in the
@@ -70,7 +69,7 @@ impl GaplessEventStore {
                     .map_err(SharedStoreError::RandomSource)
             }
         };
-        let now = Instant::now();
+        let now = self.clock_now();
         let now_ms = self.maybe_sweep(now);
         let entry = self
             .entry(stream_id, now)

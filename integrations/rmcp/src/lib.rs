@@ -182,7 +182,7 @@ mod store;
 mod stream;
 
 pub use id::{ParseIdError, StoreEventId, StreamKey, StreamKeyKind, MAX_ID_LEN, STREAM_KEY_LEN};
-pub use lifecycle::StreamLimits;
+pub use lifecycle::{StreamLimits, TimeSource};
 pub use replay::ReplayStream;
 pub use shared::{RemoteReplay, SharedStoreError};
 pub use signal::{Reason, EVENTS_LOST, UNKNOWN_REQUEST_ID};

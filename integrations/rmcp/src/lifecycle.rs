@@ -25,6 +25,7 @@
 
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long streams keep their rings, and how many may.
@@ -123,19 +124,56 @@ impl Clocks {
     }
 }
 
-/// The store's clock: milliseconds since its origin, and when it last swept.
-#[derive(Debug)]
+/// Where the store reads the time: [`Instant::now`] unless
+/// [`GaplessEventStore::with_time_source`](crate::GaplessEventStore::with_time_source)
+/// gave another.
+pub type TimeSource = Arc<dyn Fn() -> Instant + Send + Sync>;
+
+/// The store's clock: its time source, milliseconds since its origin, and
+/// when it last swept.
 pub(crate) struct Clock {
+    /// `None`: [`Instant::now`].
+    source: Option<TimeSource>,
     origin: Instant,
     /// When the last sweep started, in ms since the origin.
     last_sweep: AtomicU64,
 }
 
+impl std::fmt::Debug for Clock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Clock")
+            .field(
+                "source",
+                &self.source.as_ref().map_or("Instant::now", |_| "given"),
+            )
+            .field("origin", &self.origin)
+            .finish()
+    }
+}
+
 impl Clock {
     pub(crate) fn new() -> Self {
         Self {
+            source: None,
             origin: Instant::now(),
             last_sweep: AtomicU64::new(0),
+        }
+    }
+
+    /// A clock that reads `source`, from its value now.
+    pub(crate) fn with_source(source: TimeSource) -> Self {
+        Self {
+            origin: source(),
+            source: Some(source),
+            last_sweep: AtomicU64::new(0),
+        }
+    }
+
+    /// The time now, by the source.
+    pub(crate) fn now(&self) -> Instant {
+        match &self.source {
+            Some(source) => source(),
+            None => Instant::now(),
         }
     }
 

@@ -74,6 +74,15 @@ impl GaplessEventStore {
         self
     }
 
+    /// This store reading the time from `source` instead of
+    /// [`Instant::now`] (for tests and simulations: the limits are applied
+    /// as `source` says time passes).
+    #[must_use]
+    pub fn with_time_source(mut self, source: crate::lifecycle::TimeSource) -> Self {
+        self.clock = Clock::with_source(source);
+        self
+    }
+
     /// The limits streams are freed by.
     pub fn limits(&self) -> StreamLimits {
         self.limits
@@ -191,6 +200,11 @@ impl GaplessEventStore {
         self.rings.get(key).is_some()
     }
 
+    /// The time now, by the store's clock.
+    pub(crate) fn clock_now(&self) -> Instant {
+        self.clock.now()
+    }
+
     /// How many streams hold a ring.
     pub fn stream_count(&self) -> usize {
         self.rings.len()
@@ -270,7 +284,7 @@ impl GaplessEventStore {
         stream_id: &str,
         event: &ServerSseMessage,
     ) -> Result<String, RandomSourceError> {
-        let now = Instant::now();
+        let now = self.clock.now();
         let now_ms = self.maybe_sweep(now);
         let entry = self.entry(stream_id, now)?;
         let emitted = match &event.message {
@@ -329,7 +343,7 @@ impl GaplessEventStore {
             signal.cursor = Some(cursor);
             ReplayStream::signal(signal, last_event_id)
         };
-        let now_ms = self.maybe_sweep(Instant::now());
+        let now_ms = self.maybe_sweep(self.clock.now());
         let Some(entry) = self.rings.get(&id.key) else {
             return foreign(
                 "the cursor names a stream this server does not hold (another server process, or a removed stream)"

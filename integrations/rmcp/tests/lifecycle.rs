@@ -11,6 +11,7 @@ use rmcp::model::ServerJsonRpcMessage;
 use rmcp::transport::streamable_http_server::session::{EventStore, ServerSseMessage};
 use serde_json::{json, Value};
 use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const GRACE: Duration = Duration::from_secs(60);
@@ -155,21 +156,25 @@ async fn beyond_the_cap_the_least_recently_used_streams_go_completed_first() {
 /// Mutation: no sweep in `store` leaves all 200 rings.
 #[tokio::test]
 async fn the_store_applies_the_limits_as_it_is_used() {
+    // The store's time, moved by the test: no wait on the wall clock.
+    let now = Arc::new(Mutex::new(Instant::now()));
+    let source = Arc::clone(&now);
     let s = GaplessEventStore::new(Config::default().events(64).bytes(64 << 10))
         .expect("a valid ring")
         .with_limits(StreamLimits {
             max_streams: NonZeroUsize::new(10_000).expect("non-zero"),
             idle: IDLE,
             completed_grace: Duration::ZERO,
-        });
+        })
+        .with_time_source(Arc::new(move || *source.lock().expect("the test's clock")));
     let period = s.limits().sweep_period();
     assert_eq!(period, Duration::from_millis(10));
     for n in 0..200 {
         completed_call(&s, &format!("call-{n}"), n).await;
     }
-    // Waits for the sweep period to pass (what is tested is that the store
-    // sweeps on its own once it has), then one more use.
-    tokio::time::sleep(period * 2).await;
+    assert_eq!(s.stream_count(), 200, "no sweep period has passed yet");
+    // A sweep period passes; the next use sweeps on its own.
+    *now.lock().expect("the test's clock") += period * 2;
     store(&s, "next", progress(1000, 1)).await;
     assert!(s.stream_count() <= 2, "{} streams", s.stream_count());
 }
