@@ -79,9 +79,17 @@ impl Entry {
 /// ends.
 #[derive(Debug)]
 pub(crate) struct Admission {
-    _session: Held,
-    _memory: Held,
+    // Fields drop in declaration order, and the order is the invariant:
+    // the session slot goes back LAST, so a create that takes it finds
+    // every other limit of this session already released. (Session slot
+    // first let a concurrent create take it and then trip the creating
+    // client's limit, still held: a spurious 429 in the load run.)
+    /// The creating client's slot (`None`: not counted per client).
     _client: Option<ClientSlot>,
+    /// The ring's footprint of the memory budget.
+    _memory: Held,
+    /// One of `max_sessions`.
+    _session: Held,
 }
 
 impl Admission {
@@ -89,9 +97,9 @@ impl Admission {
     /// creating client's slot (`None`: not counted per client).
     pub(crate) fn new(session: Held, memory: Held, client: Option<ClientSlot>) -> Self {
         Self {
-            _session: session,
-            _memory: memory,
             _client: client,
+            _memory: memory,
+            _session: session,
         }
     }
 }
