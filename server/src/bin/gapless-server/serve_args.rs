@@ -233,11 +233,15 @@ impl ServeArgs {
             }
         };
         let (stop, on_stop) = watch::channel(false);
+        // Listening from here on, before the listening line: a signal that
+        // comes before the task below first waits (or between its two
+        // waits) is still seen, never the default action or lost.
+        let mut signals = Signals::listen();
         tokio::spawn(async move {
-            signal().await;
+            signals.next().await;
             tracing::info!("shutting down; a second signal exits at once");
             let _ = stop.send(true);
-            signal().await;
+            signals.next().await;
             eprintln!("second signal: exiting now");
             std::process::exit(130);
         });
@@ -267,24 +271,57 @@ impl ServeArgs {
     }
 }
 
-/// The next Ctrl-C or SIGTERM.
-async fn signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+/// Ctrl-C and SIGTERM, each listened for from [`Signals::listen`] on: a
+/// signal that arrives while no one waits is kept for the next
+/// [`Signals::next`].
+#[cfg(unix)]
+struct Signals {
+    /// SIGINT (Ctrl-C); `None` if its handler could not be installed.
+    interrupt: Option<tokio::signal::unix::Signal>,
+    /// SIGTERM; `None` if its handler could not be installed.
+    terminate: Option<tokio::signal::unix::Signal>,
+}
+
+#[cfg(unix)]
+impl Signals {
+    fn listen() -> Self {
+        use tokio::signal::unix::{signal, SignalKind};
+        Self {
+            interrupt: signal(SignalKind::interrupt()).ok(),
+            terminate: signal(SignalKind::terminate()).ok(),
         }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = terminate => {}
+    }
+
+    /// The next Ctrl-C or SIGTERM.
+    async fn next(&mut self) {
+        async fn recv(signal: &mut Option<tokio::signal::unix::Signal>) {
+            let delivered = match signal {
+                Some(signal) => signal.recv().await.is_some(),
+                None => false,
+            };
+            if !delivered {
+                std::future::pending::<()>().await;
+            }
+        }
+        tokio::select! {
+            () = recv(&mut self.interrupt) => {}
+            () = recv(&mut self.terminate) => {}
+        }
+    }
+}
+
+/// Ctrl-C only, where there is no SIGTERM.
+#[cfg(not(unix))]
+struct Signals;
+
+#[cfg(not(unix))]
+impl Signals {
+    fn listen() -> Self {
+        Self
+    }
+
+    /// The next Ctrl-C.
+    async fn next(&mut self) {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }
