@@ -111,6 +111,10 @@ impl Transport for WsTransport {
     async fn wake(&mut self) -> Wake {
         loop {
             tokio::select! {
+                // Frames that already came are read before a ping tick is
+                // taken: a pong queued behind a due tick would otherwise
+                // count as unanswered and close a live client.
+                biased;
                 message = self.incoming.next() => match message {
                     Some(Ok(Message::Pong(_))) => self.unanswered_since = None,
                     // The protocol defines no client frames; pings are

@@ -48,14 +48,16 @@ async fn sessions_beyond_the_cap_get_503_with_retry_after() {
 async fn idle_sessions_end_and_attached_ones_stay() {
     bounded("idle timeout", async {
         let config = ServerConfig {
-            idle_timeout: Duration::from_millis(300),
+            idle_timeout: Duration::from_millis(1500),
             ..ServerConfig::default()
         };
         let (server, client) = start(config).await;
-        let idle = create(&client).await;
+        // The watched session is attached before the idle one exists, so
+        // no stall of the test between its requests can expire it first.
         let watched = create(&client).await;
-        emit_range(&client, &watched, 1, 1..=1).await;
         let mut sse = client.open_sse(&watched.session, None).await.expect("SSE");
+        emit_range(&client, &watched, 1, 1..=1).await;
+        let idle = create(&client).await;
         // Any request naming a session restarts its clock: watch the
         // count, not the session.
         eventually("the idle session ends", IO, || async {
@@ -142,7 +144,9 @@ async fn connections_beyond_the_cap_and_slow_heads_are_closed() {
     bounded("connections", async {
         let config = ServerConfig {
             max_connections: 2,
-            header_read_timeout: Duration::from_millis(300),
+            // Long enough that both slow heads still hold their slots when
+            // the third connects on a busy machine; far below hyper's 30 s.
+            header_read_timeout: Duration::from_secs(2),
             ..ServerConfig::default()
         };
         let (server, client) = start(config).await;
@@ -172,11 +176,11 @@ async fn connections_beyond_the_cap_and_slow_heads_are_closed() {
             "{answer}"
         );
         // The slow heads are closed by the configured header-read timeout
-        // (300 ms; well within 3 s, where hyper's own default is 30 s).
+        // (2 s; well within 10 s, where hyper's own default is 30 s).
         for mut tcp in slow {
             let mut rest = Vec::new();
             let read =
-                tokio::time::timeout(Duration::from_secs(3), tcp.read_to_end(&mut rest)).await;
+                tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut rest)).await;
             assert!(
                 read.is_ok(),
                 "a stalled request head was not closed by the configured timeout"
@@ -260,8 +264,10 @@ async fn websocket_limits_close_with_their_codes() {
     use tokio_tungstenite::tungstenite::Message;
     bounded("websocket limits", async {
         let config = ServerConfig {
-            ping_interval: Duration::from_millis(100),
-            pong_timeout: Duration::from_millis(200),
+            // A pong timeout well above the ping interval: a client stalled
+            // for a few hundred ms on a busy machine still answers in time.
+            ping_interval: Duration::from_millis(300),
+            pong_timeout: Duration::from_secs(1),
             ..ServerConfig::default()
         };
         let (server, client) = start(config).await;
@@ -305,10 +311,11 @@ async fn websocket_limits_close_with_their_codes() {
             .await
             .expect("upgrade");
         let mut reading = client.connect_ws(&grant).await.expect("ws");
-        // Ten ping intervals with no event: the reader sees pings only
-        // (answered by its library) and the socket stays open.
+        // Ten ping intervals (three pong timeouts) with no event: the
+        // reader sees pings only (answered by its library) and the socket
+        // stays open.
         assert!(
-            tokio::time::timeout(Duration::from_secs(1), reading.next_item())
+            tokio::time::timeout(Duration::from_secs(3), reading.next_item())
                 .await
                 .is_err(),
             "no event and no close while pings are answered"
