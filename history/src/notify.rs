@@ -472,8 +472,14 @@ mod tests {
     /// How long anything awaited in these tests may take.
     const DEADLINE: Duration = Duration::from_secs(10);
 
-    /// The notifier's connect and PING deadline in these tests.
+    /// The notifier's connect and PING deadline in the test of a silent
+    /// connection, which waits for the PING to give up.
     const TIMEOUT: Duration = Duration::from_millis(500);
+
+    /// The notifier's deadline everywhere else: a stall of the test or of
+    /// redis-server is not a silent connection (a spurious resubscription
+    /// would break the counts these tests check).
+    const PATIENT: Duration = Duration::from_secs(5);
 
     /// A plain client and connection to the tests' `redis-server` (the
     /// integration tests' own launcher, shared).
@@ -603,7 +609,7 @@ mod tests {
     #[tokio::test]
     async fn announcements_reach_followers_of_their_session_only() {
         let redis = RedisServer::start(Persistence::None);
-        let notifier = Notifier::start(redis.client(), TIMEOUT);
+        let notifier = Notifier::start(redis.client(), PATIENT);
         let (a, b, c) = (session(0xa), session(0xb), session(0xc));
         let mut followed_a = notifier.follow(a);
         let mut followed_b = notifier.follow(b);
@@ -663,7 +669,7 @@ mod tests {
     #[tokio::test]
     async fn the_last_follower_dropped_removes_the_entry_and_its_channel() {
         let redis = RedisServer::start(Persistence::None);
-        let notifier = Notifier::start(redis.client(), TIMEOUT);
+        let notifier = Notifier::start(redis.client(), PATIENT);
         let (a, b) = (session(1), session(2));
         let mut first = notifier.follow(a);
         let mut second = notifier.follow(a);
@@ -700,7 +706,7 @@ mod tests {
     #[tokio::test]
     async fn a_restarted_redis_is_resubscribed_and_followers_resync() {
         let mut redis = RedisServer::start(Persistence::None);
-        let notifier = Notifier::start(redis.client(), TIMEOUT);
+        let notifier = Notifier::start(redis.client(), PATIENT);
         let a = session(0xa);
         let mut followed = notifier.follow(a);
         // The test's runtime has one thread: the notifier's task has not
@@ -758,7 +764,7 @@ mod tests {
     #[tokio::test]
     async fn many_followed_sessions_share_one_pubsub_connection() {
         let redis = RedisServer::start(Persistence::None);
-        let notifier = Notifier::start(redis.client(), TIMEOUT);
+        let notifier = Notifier::start(redis.client(), PATIENT);
         let mut followed: Vec<Followed> = (0..300u32)
             .map(|n| {
                 let mut bytes = [0u8; 16];
@@ -785,7 +791,7 @@ mod tests {
     #[tokio::test]
     async fn dropping_the_notifier_closes_its_connection() {
         let redis = RedisServer::start(Persistence::None);
-        let notifier = Notifier::start(redis.client(), TIMEOUT);
+        let notifier = Notifier::start(redis.client(), PATIENT);
         let mut followed = notifier.follow(session(0xa));
         until(&mut followed, "subscribed", |seen| seen.resyncs >= 1).await;
         let mut con = redis.connection().await;

@@ -63,14 +63,16 @@ mod expiry {
     /// Appends that mostly skip renewing the keys' expiry (it is renewed
     /// at most every fifth of its time to live) still leave every key of
     /// the session alive for at least the idle period after each append,
-    /// measured from before the call: 40 appends over about a second, with
-    /// an idle period of 400 ms, so a session whose appends never renewed
+    /// measured from before the call: 40 appends over about five seconds,
+    /// with an idle period of 2 s (long enough that a stall of the test or
+    /// of redis-server between appends is no expiry), so a session whose
+    /// appends never renewed
     /// the keys would be gone halfway, and one renewed every half of the
     /// time to live would drop below the floor.
     #[tokio::test]
     async fn every_append_leaves_the_keys_alive_for_the_idle_period() {
         let redis = RedisServer::start(Persistence::None);
-        let idle = Duration::from_millis(400);
+        let idle = Duration::from_secs(2);
         let history = RedisHistory::connect(HistoryConfig {
             url: redis.url(),
             cluster: false,
@@ -115,7 +117,7 @@ mod expiry {
             }
             // Paces the appends over time (what the test is about); no
             // other task is waited for.
-            tokio::time::sleep(Duration::from_millis(25)).await;
+            tokio::time::sleep(Duration::from_millis(125)).await;
         }
     }
 }

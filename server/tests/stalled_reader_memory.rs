@@ -51,20 +51,23 @@ async fn a_stalled_reader_costs_bounded_memory_and_slows_no_one() {
     tcp.write_all(request.as_bytes()).await.expect("request");
 
     // Another session is asked for its state every 50 ms throughout.
+    // A request that fails (10 s client timeout) is counted, not panicked
+    // on: a panic in this task would go unseen once it is aborted.
     let slowest_ms = Arc::new(AtomicU64::new(0));
+    let unanswered = Arc::new(AtomicU64::new(0));
     let watcher = {
-        let client = client.clone().with_timeout(Duration::from_secs(5));
+        let client = client.clone().with_timeout(Duration::from_secs(10));
         let session = other.session.clone();
-        let slowest_ms = Arc::clone(&slowest_ms);
+        let (slowest_ms, unanswered) = (Arc::clone(&slowest_ms), Arc::clone(&unanswered));
         tokio::spawn(async move {
             loop {
                 let started = Instant::now();
-                client
-                    .state(&session)
-                    .await
-                    .expect("the other session answers");
+                let answered = client.state(&session).await.is_ok();
                 let took = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
                 slowest_ms.fetch_max(took, Ordering::Relaxed);
+                if !answered {
+                    unanswered.fetch_add(1, Ordering::Relaxed);
+                }
                 tokio::time::sleep(Duration::from_millis(50)).await; // pacing, not synchronisation
             }
         })
@@ -107,8 +110,12 @@ async fn a_stalled_reader_costs_bounded_memory_and_slows_no_one() {
         peak < budget,
         "peak RSS {peak} B over the budget {budget} B"
     );
+    // A server held up by the stalled write would keep others waiting for
+    // its 30 s write timeout; 5 s leaves room for a busy machine.
+    let unanswered = unanswered.load(Ordering::Relaxed);
+    assert_eq!(unanswered, 0, "another session's state went unanswered");
     assert!(
-        slowest < 1000,
+        slowest < 5000,
         "another session took {slowest} ms to answer"
     );
     let state = client.state(&stalled.session).await.expect("state");

@@ -261,7 +261,7 @@ async fn a_redis_that_lost_acknowledged_events_ends_the_stream_and_its_ids_becom
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_append_that_timed_out_but_landed_is_never_given_a_second_seq() {
     let redis = RedisServer::start(Persistence::None);
-    let a = impatient(&redis, Duration::from_millis(300)).await;
+    let a = impatient(&redis, Duration::from_secs(2)).await;
     stored(&a, progress(1)).await;
     redis.pause(true);
     let error = a

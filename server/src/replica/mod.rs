@@ -201,10 +201,17 @@ mod tests {
         let history =
             Arc::new(MemoryHistory::new(1000, 1 << 20).with_latency(Duration::from_millis(5)));
         let replica = session(&history);
+        // All 100 are spawned before any emits: a test thread descheduled
+        // while spawning would otherwise trickle them in, in small batches.
+        let start = Arc::new(tokio::sync::Barrier::new(100));
         let emits: Vec<_> = (0..100)
             .map(|n| {
                 let (replica, history) = (Arc::clone(&replica), Arc::clone(&history));
-                tokio::spawn(async move { (n, emit(&replica, &history, n).await) })
+                let start = Arc::clone(&start);
+                tokio::spawn(async move {
+                    start.wait().await;
+                    (n, emit(&replica, &history, n).await)
+                })
             })
             .collect();
         let mut seqs = BTreeMap::new();

@@ -101,7 +101,9 @@ async fn a_second_signal_exits_at_once() {
         })
         .await;
         signal(&child, "TERM");
-        let exit = exit_within(&mut child, Duration::from_secs(1), "the second SIGTERM").await;
+        // "At once" against a grace of 600 s: IO leaves room for a busy
+        // machine and is still far below the grace.
+        let exit = exit_within(&mut child, IO, "the second SIGTERM").await;
         assert_eq!(exit.code(), Some(130), "{exit:?}");
     })
     .await;
