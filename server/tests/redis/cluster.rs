@@ -51,6 +51,16 @@ pub fn payload(emitter: usize, index: u64) -> String {
     json!({ "emitter": emitter, "index": index }).to_string()
 }
 
+/// Emits `payload(0, index)` for each index of `indices`, in order, every
+/// one accepted at once.
+pub async fn emit_all(client: &Client, session: &str, indices: std::ops::Range<u64>) {
+    for index in indices {
+        if let Err(error) = client.emit_raw(session, payload(0, index)).await {
+            panic!("emit {index}: {error}");
+        }
+    }
+}
+
 /// Emits `payload`, retrying while the answer is `503
 /// history_unavailable` (a Redis restart in progress), until
 /// [`RECOVERY`]. The `503`s seen are returned with the ID.

@@ -4,7 +4,7 @@
 //! older snapshot, an older backup).
 
 use crate::cluster::{
-    emit_retrying, instance, open_sse_retrying, payload, round_robin, Received, RECOVERY,
+    emit_all, emit_retrying, instance, open_sse_retrying, payload, round_robin, Received, RECOVERY,
 };
 use crate::redis_server::{Persistence, RedisServer};
 use crate::support::{bounded, scrape, signal, IO};
@@ -236,12 +236,7 @@ async fn an_append_that_timed_out_but_landed_is_caught_up_not_repeated() {
         let (_a, client_a) = instance(&redis, &[]).await;
         let created = client_a.create_session().await.expect("create");
         let session = created.session.clone();
-        for index in 0..3 {
-            client_a
-                .emit_raw(&session, payload(0, index))
-                .await
-                .expect("emit");
-        }
+        emit_all(&client_a, &session, 0..3).await;
         redis.pause(true);
         match client_a.emit_raw(&session, payload(0, 3)).await {
             Err(ClientError::Unavailable { code, .. }) => assert_eq!(code, "history_unavailable"),
@@ -456,12 +451,7 @@ async fn redis_persisting_every_write_keeps_the_epoch_across_a_restart() {
         let created = client_a.create_session().await.expect("create on A");
         let session = created.session.clone();
         let epoch = created.epoch;
-        for index in 0..10 {
-            client_a
-                .emit_raw(&session, payload(0, index))
-                .await
-                .expect("emit");
-        }
+        emit_all(&client_a, &session, 0..10).await;
         let mut stream = client_a.open_sse(&session, None).await.expect("SSE on A");
         Received::default()
             .read_through(&mut stream, 10, epoch)

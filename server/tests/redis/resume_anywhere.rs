@@ -2,7 +2,7 @@
 //! does not own the session, live events from the owner through it, and
 //! cursors recorded on one instance legitimate on the others.
 
-use crate::cluster::{instance, payload, Deployment, Received};
+use crate::cluster::{emit_all, instance, payload, Deployment, Received};
 use crate::redis_server::{Persistence, RedisServer};
 use crate::support::{bounded, next_frame, refusal};
 use gapless::EventId;
@@ -28,23 +28,13 @@ pub async fn migrate(redis: &impl Deployment) {
     let (_b, client_b) = instance(redis, &[]).await;
     let created = client_a.create_session().await.expect("create on A");
     let (session, epoch) = (created.session.clone(), created.epoch);
-    for index in 0..4 {
-        client_a
-            .emit_raw(&session, payload(0, index))
-            .await
-            .expect("emit");
-    }
+    emit_all(&client_a, &session, 0..4).await;
     let mut received = Received::default();
     let mut stream = client_b.open_sse(&session, None).await.expect("SSE on B");
     received.read_through(&mut stream, 4, epoch).await;
     drop(stream);
     // Emitted on A while the client moves: the gap to replay.
-    for index in 4..8 {
-        client_a
-            .emit_raw(&session, payload(0, index))
-            .await
-            .expect("emit");
-    }
+    emit_all(&client_a, &session, 4..8).await;
     let cursor = EventId { epoch, seq: 4 };
     let grant = client_b
         .upgrade(&session, cursor)
@@ -143,21 +133,11 @@ async fn an_upgrade_granted_on_one_instance_completes_once_on_another() {
         let created = client_a.create_session().await.expect("create on A");
         let (session, epoch) = (created.session.clone(), created.epoch);
         let mut received = Received::default();
-        for index in 0..3 {
-            client_a
-                .emit_raw(&session, payload(0, index))
-                .await
-                .expect("emit");
-        }
+        emit_all(&client_a, &session, 0..3).await;
         let mut stream = client_a.open_sse(&session, None).await.expect("SSE on A");
         received.read_through(&mut stream, 3, epoch).await;
         drop(stream);
-        for index in 3..6 {
-            client_a
-                .emit_raw(&session, payload(0, index))
-                .await
-                .expect("emit");
-        }
+        emit_all(&client_a, &session, 3..6).await;
         let grant = client_a
             .upgrade(&session, EventId { epoch, seq: 3 })
             .await

@@ -2,7 +2,7 @@
 //! the same `409 gap_not_covered` figures on an instance that never held
 //! the session, and on one whose copy fell behind Redis's retention.
 
-use crate::cluster::{instance, payload, Received};
+use crate::cluster::{emit_all, instance, payload, Received};
 use crate::redis_server::{Persistence, RedisServer};
 use crate::support::{bounded, refusal};
 use gapless::EventId;
@@ -55,19 +55,9 @@ async fn a_cursor_older_than_the_retention_is_refused_with_the_same_figures_ever
         // SSE attach racing 300 emits into an 8-event ring could find its
         // start already evicted.
         let reader = read_first(&client_a, &created, 5);
-        for index in 0..5 {
-            client_a
-                .emit_raw(&session, payload(0, index))
-                .await
-                .expect("emit on A");
-        }
+        emit_all(&client_a, &session, 0..5).await;
         reader.await.expect("the reader on A");
-        for index in 5..300 {
-            client_a
-                .emit_raw(&session, payload(0, index))
-                .await
-                .expect("emit on A");
-        }
+        emit_all(&client_a, &session, 5..300).await;
         // Redis trimmed: it holds far fewer than 300 (but at least 8).
         let length: u64 = redis
             .cli(&["XLEN", &format!("gapless:{{{session}}}:s")])
@@ -135,21 +125,11 @@ async fn a_copy_that_fell_behind_the_retention_is_reloaded_not_skipped() {
         let created = client_a.create_session().await.expect("create on A");
         let session = created.session.clone();
         let reader = read_first(&client_a, &created, 3);
-        for index in 0..3 {
-            client_a
-                .emit_raw(&session, payload(0, index))
-                .await
-                .expect("emit on A");
-        }
+        emit_all(&client_a, &session, 0..3).await;
         reader.await.expect("the reader on A");
         let loaded = client_b.state(&session).await.expect("B loads the session");
         assert_eq!(loaded.published, 3);
-        for index in 3..1000 {
-            client_a
-                .emit_raw(&session, payload(0, index))
-                .await
-                .expect("emit on A");
-        }
+        emit_all(&client_a, &session, 3..1000).await;
         let length: u64 = redis
             .cli(&["XLEN", &format!("gapless:{{{session}}}:s")])
             .parse()

@@ -11,7 +11,7 @@
 //! Needs `redis-server` and `redis-cli` built with TLS (Debian's are) and
 //! `openssl`. Every wait is bounded.
 
-use crate::cluster::{payload, Received};
+use crate::cluster::{emit_all, payload, Received};
 use crate::redis_server::{free_port, unique};
 use crate::support::{bounded, exit_within, ChildGuard, IO};
 use gapless_client::Client;
@@ -245,12 +245,7 @@ async fn sessions_go_through_a_redis_reached_over_tls() {
         let (_b, client_b) = serve(&url, None, &ca_flag, &certificates.path("b.stderr")).await;
         let created = client_a.create_session().await.expect("create on A");
         let (session, epoch) = (created.session.clone(), created.epoch);
-        for index in 0..3 {
-            client_a
-                .emit_raw(&session, payload(0, index))
-                .await
-                .expect("emit on A");
-        }
+        emit_all(&client_a, &session, 0..3).await;
         let mut received = Received::default();
         let mut stream = client_b.open_sse(&session, None).await.expect("SSE on B");
         received.read_through(&mut stream, 3, epoch).await;
