@@ -412,11 +412,10 @@ async fn resume_after_result_auto() {
 
 /// (a) across instances, resumed in the middle of the call (after 20 of
 /// 40 notifications are stored): the second server replays what the first
-/// stored, then follows it live to the result.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shared_covered_resume_mid_call_auto() {
-    let redis = RedisServer::start(Persistence::None);
-    expect_complete(Scenario {
+/// stored, then follows it live to the result. `processes`: the servers are
+/// two example binaries rather than two stores in this process.
+fn shared_mid_call(redis: &RedisServer, processes: bool) -> Scenario {
+    Scenario {
         mode: Mode::Auto,
         ring_events: 1024,
         count: 40,
@@ -425,17 +424,14 @@ async fn shared_covered_resume_mid_call_auto() {
         hold: Hold::UntilProgressStored(20),
         resume_elsewhere: true,
         redis: Some(redis.url()),
-        processes: false,
-    })
-    .await;
+        processes,
+    }
 }
 
 /// (d) across instances: the resume reaches the second server only once
 /// the first stored the result.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shared_resume_after_result_auto() {
-    let redis = RedisServer::start(Persistence::None);
-    expect_complete(Scenario {
+fn shared_after_result(redis: &RedisServer, processes: bool) -> Scenario {
+    Scenario {
         mode: Mode::Auto,
         ring_events: 1024,
         count: 20,
@@ -444,9 +440,20 @@ async fn shared_resume_after_result_auto() {
         hold: Hold::UntilResultStored,
         resume_elsewhere: true,
         redis: Some(redis.url()),
-        processes: false,
-    })
-    .await;
+        processes,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_covered_resume_mid_call_auto() {
+    let redis = RedisServer::start(Persistence::None);
+    expect_complete(shared_mid_call(&redis, false)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_resume_after_result_auto() {
+    let redis = RedisServer::start(Persistence::None);
+    expect_complete(shared_after_result(&redis, false)).await;
 }
 
 /// (b) across instances: Redis trimmed the stream to 16 events, so the
@@ -506,18 +513,7 @@ async fn shared_uncovered_resume_mid_call_auto() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_example_servers_over_one_redis_resume_mid_call_auto() {
     let redis = RedisServer::start(Persistence::None);
-    expect_complete(Scenario {
-        mode: Mode::Auto,
-        ring_events: 1024,
-        count: 40,
-        interval_ms: 10,
-        cut_after: 10,
-        hold: Hold::UntilProgressStored(20),
-        resume_elsewhere: true,
-        redis: Some(redis.url()),
-        processes: true,
-    })
-    .await;
+    expect_complete(shared_mid_call(&redis, true)).await;
 }
 
 /// The same two processes: a cut before the result, resumed on the second
@@ -525,16 +521,5 @@ async fn two_example_servers_over_one_redis_resume_mid_call_auto() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_example_servers_over_one_redis_resume_after_result_auto() {
     let redis = RedisServer::start(Persistence::None);
-    expect_complete(Scenario {
-        mode: Mode::Auto,
-        ring_events: 1024,
-        count: 20,
-        interval_ms: 5,
-        cut_after: 20,
-        hold: Hold::UntilResultStored,
-        resume_elsewhere: true,
-        redis: Some(redis.url()),
-        processes: true,
-    })
-    .await;
+    expect_complete(shared_after_result(&redis, true)).await;
 }
