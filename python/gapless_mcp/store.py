@@ -416,23 +416,19 @@ class GaplessEventStore(EventStore):
         now = self._clock()
         self._maybe_sweep(now)
         stream = self._by_key.get(key)
-        if stream is None:
+        if stream is not None:
+            stream.touched = now
+        if stream is None or stream.ring.epoch != epoch:
             await self._signal(
                 send_callback,
                 reason="foreign_cursor",
                 last_event_id=last_event_id,
                 cursor=cursor,
-                detail="the cursor names a stream this server does not hold (another server process, or a freed stream)",
-            )
-            return None
-        stream.touched = now
-        if stream.ring.epoch != epoch:
-            await self._signal(
-                send_callback,
-                reason="foreign_cursor",
-                last_event_id=last_event_id,
-                cursor=cursor,
-                detail=f"the cursor is from another incarnation of the stream (epoch {epoch:016x}, now {stream.ring.epoch:016x})",
+                detail=(
+                    "the cursor names a stream this server does not hold (another server process, or a freed stream)"
+                    if stream is None
+                    else f"the cursor is from another incarnation of the stream (epoch {epoch:016x}, now {stream.ring.epoch:016x})"
+                ),
             )
             return None
         if stream.terminal_seq is not None and cursor >= stream.terminal_seq:
