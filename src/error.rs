@@ -121,6 +121,40 @@ impl Coverage {
     pub fn is_covered(&self) -> bool {
         matches!(self, Self::Covered { .. })
     }
+
+    /// The coverage of `cursor` by a log that retains every seq
+    /// `first_retained ..= published` (`first_retained = published + 1`
+    /// when it retains none): the one rule every copy of a ring's history
+    /// (a Redis history read, a store's window) answers a cursor by, with
+    /// the same figures [`Ring::coverage`](crate::Ring::coverage) gives.
+    ///
+    /// ```
+    /// use gapless::{Coverage, Gap};
+    /// assert_eq!(Coverage::of_retained(4, 5, 9), Coverage::Covered { first: 5, last: 9 });
+    /// assert_eq!(
+    ///     Coverage::of_retained(2, 5, 9),
+    ///     Coverage::Gap(Gap { cursor: 2, first_retained: 5, published: 9, evicted: 2 })
+    /// );
+    /// assert_eq!(Coverage::of_retained(10, 5, 9), Coverage::Ahead { cursor: 10, published: 9 });
+    /// ```
+    pub fn of_retained(cursor: u64, first_retained: u64, published: u64) -> Self {
+        if cursor > published {
+            return Self::Ahead { cursor, published };
+        }
+        let first_retained = first_retained.min(published.saturating_add(1));
+        if cursor.saturating_add(1) < first_retained {
+            return Self::Gap(Gap {
+                cursor,
+                first_retained,
+                published,
+                evicted: first_retained - cursor - 1,
+            });
+        }
+        Self::Covered {
+            first: cursor + 1,
+            last: published,
+        }
+    }
 }
 
 /// Why [`Ring::emit`](crate::Ring::emit) did not store an event.
