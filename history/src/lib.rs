@@ -52,6 +52,7 @@
 
 pub mod config;
 mod connection;
+mod group_commit;
 pub mod ids;
 /// An in-memory [`History`] with fault injection, for tests of what runs
 /// over a history.
@@ -170,6 +171,11 @@ pub enum HistoryError {
     Gone,
     /// Redis holds something this server did not write.
     Corrupt(String),
+    /// The log's keys were damaged (one of them deleted or cut short, as
+    /// an eviction policy other than `noeviction` or a stray `DEL` does):
+    /// nothing was appended to it, and nothing will be. Permanent: a retry
+    /// gets the same answer.
+    Damaged(String),
 }
 
 impl fmt::Display for HistoryError {
@@ -178,6 +184,7 @@ impl fmt::Display for HistoryError {
             Self::Unavailable(cause) => write!(f, "history unavailable: {cause}"),
             Self::Gone => f.write_str("the session is gone from the history"),
             Self::Corrupt(what) => write!(f, "unexpected history contents: {what}"),
+            Self::Damaged(what) => write!(f, "the log's keys are damaged: {what}"),
         }
     }
 }

@@ -10,6 +10,7 @@
 //! of one slot only in one script call on a cluster ([`take_group`]).
 
 use super::connection::Connection;
+use super::group_commit::{Commits, Pending};
 use super::{Attach, History, HistoryConfig, HistoryError, Known, Raised, Snapshot};
 use crate::ids::{PublishKey, SessionId};
 use bytes::Bytes;
@@ -21,7 +22,6 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::oneshot;
 
 /// Payload bytes read per call at most when a ring catches up with the
 /// history or a session is loaded (a page never has fewer than one event
@@ -52,201 +52,6 @@ pub struct RedisHistory {
     commits: Arc<Commits>,
 }
 
-/// Sessions appended per script call at most (each with its batch of up
-/// to `APPEND_BATCH` emits).
-const SESSIONS_PER_CALL: usize = 64;
-
-/// Waiting batches looked through at most for ones that may share a call
-/// with the oldest (bounds the work per call on a cluster, where few
-/// share one).
-const GROUP_WINDOW: usize = 1024;
-
-/// Takes the batches for one script call out of `waiting` (in arrival
-/// order): the oldest, and after it up to `max` in all of its group found
-/// among the first [`GROUP_WINDOW`]; the others keep their order.
-fn take_group<T, G: PartialEq>(
-    waiting: &mut Vec<T>,
-    max: usize,
-    group: impl Fn(&T) -> G,
-) -> Vec<T> {
-    let Some(oldest) = waiting.first() else {
-        return Vec::new();
-    };
-    let wanted = group(oldest);
-    let mut taken = Vec::new();
-    let mut kept = Vec::new();
-    let mut rest = std::mem::take(waiting).into_iter();
-    for (looked, pending) in rest.by_ref().enumerate() {
-        if taken.len() < max && group(&pending) == wanted {
-            taken.push(pending);
-        } else {
-            kept.push(pending);
-        }
-        if taken.len() == max || looked + 1 == GROUP_WINDOW {
-            break;
-        }
-    }
-    kept.extend(rest);
-    *waiting = kept;
-    taken
-}
-
-/// One session's batch waiting for the next script call.
-struct Pending {
-    id: SessionId,
-    known: Known,
-    payloads: Vec<Bytes>,
-    answer: oneshot::Sender<Result<(u64, u64), HistoryError>>,
-}
-
-/// Script calls in flight at once per instance.
-const CALLS_IN_FLIGHT: usize = 4;
-
-/// Group commit across sessions: batches of several sessions that wait at
-/// the same time go to Redis in one script call (one round trip, one
-/// script run), sent by one flushing task.
-struct Commits {
-    /// Batches not yet sent, in arrival order.
-    waiting: std::sync::Mutex<Vec<Pending>>,
-    /// Whether a flushing task runs (at most one).
-    flushing: AtomicBool,
-    /// Calls in flight: at most [`CALLS_IN_FLIGHT`].
-    in_flight: Arc<tokio::sync::Semaphore>,
-}
-
-impl Default for Commits {
-    fn default() -> Self {
-        Self {
-            waiting: std::sync::Mutex::default(),
-            flushing: AtomicBool::new(false),
-            in_flight: Arc::new(tokio::sync::Semaphore::new(CALLS_IN_FLIGHT)),
-        }
-    }
-}
-
-impl Commits {
-    fn queue(&self) -> std::sync::MutexGuard<'_, Vec<Pending>> {
-        self.waiting
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Sends waiting batches, up to [`SESSIONS_PER_CALL`] per call and
-    /// [`CALLS_IN_FLIGHT`] calls at a time, until none wait. While the calls
-    /// in flight are at the limit, batches accumulate, and the next call
-    /// carries all of them.
-    async fn flush(
-        self: Arc<Self>,
-        connection: Connection,
-        script: Script,
-        config: HistoryConfig,
-        lossless: bool,
-    ) {
-        loop {
-            let Ok(permit) = Arc::clone(&self.in_flight).acquire_owned().await else {
-                return;
-            };
-            let calls: Vec<Pending> = take_group(&mut self.queue(), SESSIONS_PER_CALL, |pending| {
-                connection.group(|| Keys::of(&pending.id).meta)
-            });
-            if calls.is_empty() {
-                drop(permit);
-                self.flushing.store(false, Ordering::Release);
-                // A batch queued after the look above that saw `flushing`
-                // still set relies on this task: look again.
-                if self.queue().is_empty() || self.flushing.swap(true, Ordering::AcqRel) {
-                    return;
-                }
-                continue;
-            }
-            let (connection, script, config) = (connection.clone(), script.clone(), config.clone());
-            tokio::spawn(async move {
-                let answers = commit(&connection, &script, &config, lossless, &calls).await;
-                drop(permit);
-                match answers {
-                    Ok(answers) => {
-                        for (pending, answer) in calls.into_iter().zip(answers) {
-                            let _ = pending.answer.send(answer);
-                        }
-                    }
-                    Err(error) => {
-                        for pending in calls {
-                            let _ = pending.answer.send(Err(error.clone()));
-                        }
-                    }
-                }
-            });
-        }
-    }
-}
-
-/// One script call appending `calls`; each session's `(epoch, first)` or
-/// its own error.
-async fn commit(
-    connection: &Connection,
-    script: &Script,
-    config: &HistoryConfig,
-    lossless: bool,
-    calls: &[Pending],
-) -> Result<Vec<Result<(u64, u64), HistoryError>>, HistoryError> {
-    let mut connection = connection.clone();
-    let mut invocation = script.prepare_invoke();
-    invocation
-        .arg(config.retention)
-        .arg(config.retention_bytes)
-        .arg(RedisHistory::keys_ttl(config.idle))
-        .arg(if lossless { "1" } else { "0" });
-    for pending in calls {
-        let keys = Keys::of(&pending.id);
-        invocation
-            .key(&keys.meta)
-            .key(&keys.stream)
-            .key(&keys.sizes)
-            .arg(pending.id.to_string())
-            .arg(format!("{:016x}", pending.known.epoch))
-            .arg(pending.known.published)
-            .arg(format!("{:016x}", gapless::epoch::random()))
-            .arg(pending.payloads.len());
-        for payload in &pending.payloads {
-            invocation.arg(payload.as_ref());
-        }
-    }
-    let reply: Value = bounded(config.timeout, invocation.invoke_async(&mut connection)).await?;
-    let Value::Array(results) = reply else {
-        return Err(HistoryError::Corrupt(format!("append answered {reply:?}")));
-    };
-    if results.len() != calls.len() {
-        return Err(HistoryError::Corrupt(format!(
-            "append answered {} results for {} sessions",
-            results.len(),
-            calls.len()
-        )));
-    }
-    Ok(results.into_iter().map(appended).collect())
-}
-
-/// One session's result of the append script.
-fn appended(result: Value) -> Result<(u64, u64), HistoryError> {
-    let parts = match result {
-        Value::Array(parts) if parts.len() == 2 => parts,
-        other => {
-            return match text_of(other) {
-                Ok(text) if text == "GONE" => Err(HistoryError::Gone),
-                Ok(text) => Err(HistoryError::Corrupt(format!("append answered {text:?}"))),
-                Err(error) => Err(error),
-            }
-        }
-    };
-    let mut parts = parts.into_iter();
-    let epoch = text_of(parts.next().unwrap_or(Value::Nil))?;
-    let first = parse_seq(&text_of(parts.next().unwrap_or(Value::Nil))?)?;
-    let epoch = u64::from_str_radix(&epoch, 16)
-        .ok()
-        .filter(|epoch| *epoch != 0)
-        .ok_or_else(|| HistoryError::Corrupt(format!("epoch {epoch:?}")))?;
-    Ok((epoch, first))
-}
-
 /// The Lua scripts, sent by SHA (`EVALSHA`) and loaded again on
 /// `NOSCRIPT` (after a Redis restart).
 struct Scripts {
@@ -258,10 +63,10 @@ struct Scripts {
 }
 
 /// The keys of session `id` (see the module docs).
-struct Keys {
-    stream: String,
-    meta: String,
-    sizes: String,
+pub(crate) struct Keys {
+    pub(crate) stream: String,
+    pub(crate) meta: String,
+    pub(crate) sizes: String,
 }
 
 impl Keys {
@@ -271,7 +76,7 @@ impl Keys {
         format!("gapless:{{{id}}}:t:{ticket}")
     }
 
-    fn of(id: &SessionId) -> Self {
+    pub(crate) fn of(id: &SessionId) -> Self {
         Self {
             stream: format!("gapless:{{{id}}}:s"),
             meta: format!("gapless:{{{id}}}:m"),
@@ -494,7 +299,7 @@ impl RedisHistory {
     /// idle period and a quarter of it, so that an append may skip renewing
     /// it for a fifth of it (see `append.lua`) and the keys still outlive
     /// the last activity by the idle period.
-    fn keys_ttl(idle: Duration) -> u64 {
+    pub(crate) fn keys_ttl(idle: Duration) -> u64 {
         Self::ms(idle).saturating_add(Self::ms(idle) / 4)
     }
 
@@ -745,28 +550,19 @@ impl History for RedisHistory {
         known: Known,
         payloads: &[Bytes],
     ) -> Result<(u64, u64), HistoryError> {
-        let (answer, answered) = oneshot::channel();
-        self.commits.queue().push(Pending {
-            id: *id,
-            known,
-            payloads: payloads.to_vec(),
-            answer,
-        });
-        if !self.commits.flushing.swap(true, Ordering::AcqRel) {
-            // A task of its own: the batches of other sessions ride on this
-            // call, and must not be cancelled with this caller.
-            tokio::spawn(Arc::clone(&self.commits).flush(
-                self.connection.clone(),
-                self.scripts.append.clone(),
-                self.config.clone(),
+        self.commits
+            .append(
+                &self.connection,
+                &self.scripts.append,
+                &self.config,
                 self.lossless.load(Ordering::Relaxed),
-            ));
-        }
-        answered.await.unwrap_or_else(|_| {
-            Err(HistoryError::Unavailable(
-                "the append was dropped unanswered".into(),
-            ))
-        })
+                Pending {
+                    id: *id,
+                    known,
+                    payloads: payloads.to_vec(),
+                },
+            )
+            .await
     }
 
     /// The session's meta and the events after seq `after` still retained,
@@ -783,7 +579,7 @@ impl History for RedisHistory {
 }
 
 /// `call` within `timeout`, its error typed.
-async fn bounded<T>(
+pub(crate) async fn bounded<T>(
     timeout: Duration,
     call: impl Future<Output = Result<T, RedisError>>,
 ) -> Result<T, HistoryError> {
@@ -815,13 +611,13 @@ fn unavailable(error: RedisError) -> HistoryError {
 }
 
 /// A decimal seq as Redis holds it.
-fn parse_seq(text: &str) -> Result<u64, HistoryError> {
+pub(crate) fn parse_seq(text: &str) -> Result<u64, HistoryError> {
     text.trim()
         .parse()
         .map_err(|_| HistoryError::Corrupt(format!("seq {text:?}")))
 }
 
-fn text_of(value: Value) -> Result<String, HistoryError> {
+pub(crate) fn text_of(value: Value) -> Result<String, HistoryError> {
     match value {
         Value::BulkString(bytes) => {
             String::from_utf8(bytes).map_err(|e| HistoryError::Corrupt(e.to_string()))

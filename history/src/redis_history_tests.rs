@@ -2,7 +2,8 @@
 //! against a real `redis-server`.
 
 mod grouping {
-    use super::super::{take_group, Keys, GROUP_WINDOW};
+    use crate::group_commit::{take_group, GROUP_WINDOW};
+    use crate::redis_history::Keys;
     use crate::SessionId;
     use redis::cluster_routing::Slot;
 
