@@ -154,6 +154,11 @@ impl From<crate::state::LoadError> for ApiError {
             LoadError::History(crate::history::HistoryError::Corrupt(what)) => {
                 Self::Internal(format!("history: {what}"))
             }
+            // Permanent: a retry would get the same answer, so not the
+            // retryable 503.
+            LoadError::History(crate::history::HistoryError::Damaged(what)) => {
+                Self::Internal(format!("history: the session's keys are damaged: {what}"))
+            }
             LoadError::History(error) => {
                 tracing::warn!(%error, "shared history");
                 Self::HistoryUnavailable

@@ -108,10 +108,12 @@ pub(crate) enum HistoryFailure {
     Gone,
     /// A reply this server did not write.
     Corrupt,
+    /// The session's keys are damaged: it takes no more appends.
+    Damaged,
 }
 
 impl HistoryFailure {
-    const ALL: [Self; 3] = [Self::Unavailable, Self::Gone, Self::Corrupt];
+    const ALL: [Self; 4] = [Self::Unavailable, Self::Gone, Self::Corrupt, Self::Damaged];
 
     /// The `kind` a failed history call is counted under.
     pub(crate) fn of(error: &gapless_history::HistoryError) -> Self {
@@ -120,6 +122,7 @@ impl HistoryFailure {
             HistoryError::Unavailable(_) => Self::Unavailable,
             HistoryError::Gone => Self::Gone,
             HistoryError::Corrupt(_) => Self::Corrupt,
+            HistoryError::Damaged(_) => Self::Damaged,
         }
     }
 }
@@ -130,6 +133,7 @@ impl EncodeLabelValue for HistoryFailure {
             Self::Unavailable => "unavailable",
             Self::Gone => "gone",
             Self::Corrupt => "corrupt",
+            Self::Damaged => "damaged",
         })
     }
 }
