@@ -37,13 +37,17 @@ class Follower:
 
     @property
     def cursor(self) -> int:
-        """The last seq returned (at first, the cursor)."""
+        """The last seq returned (at first, the cursor). Never waits, not even
+        while another thread is in ``next``."""
     def next(self, timeout: float | None = None) -> list[Event]:
         """The next events, waiting up to ``timeout`` seconds (``None``: as long
-        as it takes); ``[]`` when none came in time.
+        as it takes); ``[]`` when none came in time. Waits with the GIL
+        released, running signal handlers every 50 ms.
 
         Raises:
             GapError: the ring evicted events this follower had not read.
+            KeyboardInterrupt: Ctrl-C (or any exception a signal handler
+                raises) during the wait.
         """
 
 class Ring:

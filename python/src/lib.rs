@@ -13,8 +13,9 @@ use gapless::{Config, Coverage as EngineCoverage, EmitError, ReplayError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::num::NonZeroU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The Python module that defines the exceptions raised here.
 const ERRORS: &str = "gapless_mcp.errors";
@@ -258,6 +259,7 @@ impl Ring {
             follower: Mutex::new(
                 gapless::Follower::new(Arc::clone(&self.ring), cursor).with_max_batch(256),
             ),
+            cursor: AtomicU64::new(cursor),
         }
     }
 
@@ -280,11 +282,23 @@ impl Coverage {
     }
 }
 
+/// How long `Follower::next` waits with the GIL released before taking it
+/// back to run Python's signal handlers (a Ctrl-C raises
+/// `KeyboardInterrupt` within about this long).
+const WAIT_SLICE: Duration = Duration::from_millis(50);
+
 /// Follows a ring from a cursor: each `next` returns the events emitted
 /// since the last, waiting for them (with the GIL released).
+///
+/// The engine's follower is behind a mutex that a `next` holds while it
+/// waits (one slice at a time, the GIL released); `cursor` is a copy of its
+/// cursor that `next` updates, so that reading it (with the GIL held) never
+/// waits for a waiter, which would hold the GIL that the emitters need.
 #[pyclass(frozen, module = "gapless_mcp._engine")]
 struct Follower {
     follower: Mutex<gapless::Follower<Arc<gapless::Ring>>>,
+    /// The follower's cursor as of the end of the last `next` step.
+    cursor: AtomicU64,
 }
 
 #[pymethods]
@@ -292,11 +306,15 @@ impl Follower {
     /// The last seq returned (at first, the cursor).
     #[getter]
     fn cursor(&self) -> u64 {
-        self.lock().cursor()
+        self.cursor.load(Ordering::Acquire)
     }
 
     /// The next events, waiting up to `timeout` seconds for one (`None`:
     /// as long as it takes); `[]` when none came in time.
+    ///
+    /// Waits in slices of `WAIT_SLICE` with the GIL released, running
+    /// Python's signal handlers between them: a Ctrl-C raises
+    /// `KeyboardInterrupt` out of a wait however long.
     ///
     /// Raises `GapError` if the ring evicted events this follower had not
     /// read yet.
@@ -312,15 +330,27 @@ impl Follower {
                 )
             })?),
         };
-        let waited = py.detach(|| {
-            let mut follower = self.lock();
-            match timeout {
-                None => follower.wait(),
-                Some(timeout) => follower.wait_timeout(timeout),
+        // `None`: no deadline (no timeout, or one too far to represent).
+        let deadline = timeout.and_then(|timeout| Instant::now().checked_add(timeout));
+        loop {
+            let slice = match deadline {
+                None => WAIT_SLICE,
+                Some(deadline) => deadline
+                    .saturating_duration_since(Instant::now())
+                    .min(WAIT_SLICE),
+            };
+            let waited = py.detach(|| {
+                let mut follower = self.lock();
+                let waited = follower.wait_timeout(slice);
+                self.cursor.store(follower.cursor(), Ordering::Release);
+                waited
+            });
+            let got = waited.map_err(|cause| replay_error(py, cause))?;
+            if !got.is_empty() || deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                return Ok(events(py, got));
             }
-        });
-        let got = waited.map_err(|cause| replay_error(py, cause))?;
-        Ok(events(py, got))
+            py.check_signals()?;
+        }
     }
 }
 

@@ -3,7 +3,12 @@ follower, and the GIL released around engine work."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import textwrap
 import threading
+import time
 
 import pytest
 
@@ -128,3 +133,89 @@ def test_a_follower_times_out_with_nothing() -> None:
     assert ring.follow(0).next(timeout=0.01) == []
     with pytest.raises(GaplessError):
         ring.follow(0).next(timeout=-1.0)
+
+
+# The follower's mutex is held by a waiting `next` (with the GIL released).
+# Were `cursor` to take it (with the GIL held), a read during a wait would
+# block holding the GIL: no emitter could run to wake the waiter, and the
+# interpreter would hang. Run in a child process, so that a hang fails this
+# test (on the child's timeout) instead of hanging the suite.
+_CURSOR_DURING_A_WAIT = textwrap.dedent(
+    """
+    import threading, time
+    from gapless_mcp import Ring
+
+    ring = Ring()
+    follower = ring.follow(0)
+    got = []
+    waiter = threading.Thread(
+        target=lambda: got.extend(e.data for e in follower.next(timeout=None)), daemon=True
+    )
+    waiter.start()
+    reads = []
+
+    def read() -> None:
+        # Reads for 0.3 s: however the threads are scheduled, the waiter
+        # is in its wait for nearly all of it.
+        end = time.monotonic() + 0.3
+        while time.monotonic() < end:
+            reads.append(follower.cursor)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout=10)
+    assert not reader.is_alive(), "reading the cursor blocked on the waiting follower"
+    assert reads and set(reads) == {0}, reads
+    ring.emit(b"wake up")
+    waiter.join(timeout=10)
+    assert not waiter.is_alive(), "the emit did not wake the follower"
+    assert got == [b"wake up"], got
+    assert follower.cursor == 1
+    print("ok", len(reads))
+    """
+)
+
+
+def test_reading_the_cursor_while_a_follower_waits_never_blocks() -> None:
+    try:
+        child = subprocess.run(
+            [sys.executable, "-c", _CURSOR_DURING_A_WAIT], capture_output=True, text=True, timeout=60
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("deadlock: reading Follower.cursor during a wait hung the interpreter for 60 s")
+    assert child.returncode == 0, child.stdout + child.stderr
+    assert child.stdout.startswith("ok"), child.stdout
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="needs signal.pthread_kill")
+def test_ctrl_c_interrupts_a_wait_without_timeout() -> None:
+    """SIGINT to the main thread waiting in ``next(timeout=None)`` on a ring
+    nobody emits to raises ``KeyboardInterrupt`` out of the wait. A
+    watchdog emits after 20 s, so that a wait deaf to signals fails this
+    test rather than hanging it."""
+    assert threading.current_thread() is threading.main_thread()
+    ring = Ring()
+    follower = ring.follow(0)
+    interrupted = threading.Event()
+    woken_by_watchdog = threading.Event()
+    main = threading.main_thread().ident
+
+    def interrupt() -> None:
+        # Late enough that the main thread is most likely in its wait;
+        # were it not yet, the interrupt is raised before the wait instead,
+        # within the same `raises` block.
+        time.sleep(0.2)
+        signal.pthread_kill(main, signal.SIGINT)
+        if not interrupted.wait(20):
+            woken_by_watchdog.set()
+            ring.emit(b"watchdog")
+
+    helper = threading.Thread(target=interrupt, daemon=True)
+    with pytest.raises(KeyboardInterrupt):
+        helper.start()
+        follower.next(timeout=None)
+    interrupted.set()
+    helper.join(timeout=30)
+    assert not woken_by_watchdog.is_set(), "SIGINT was only acted on once the watchdog's emit ended the wait"
+    assert ring.published == 0
+    assert follower.cursor == 0
