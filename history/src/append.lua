@@ -28,9 +28,9 @@
 -- `published` would hand their seqs out again. So would a `published`
 -- below what the caller's ring has seen under the same epoch, whatever
 -- the cause (a restart, a failover to a replica that lagged). Either way
--- the session continues under the new epoch, from seq 1, with no events,
--- its cursors reset and its transports superseded: no seq of an epoch is
--- ever given to two events.
+-- the session continues under the new epoch, from seq 1, with no events
+-- and the caller's per-epoch meta (`c:epoch/<name>`: cursors, attach
+-- generations) cleared: no seq of an epoch is ever given to two events.
 local info = redis.pcall('INFO', 'server')
 local run_id = type(info) == 'string' and string.match(info, 'run_id:(%x+)') or nil
 local max_events = tonumber(ARGV[1])
@@ -66,8 +66,12 @@ for s = 0, #KEYS / 3 - 1 do
       retained = 0
       -- The stream and the sizes are made afresh: without a TTL yet.
       renew_at = 0
-      redis.call('HSET', meta, 'epoch', epoch, 'acked', '0', 'sent', '0')
-      redis.call('HINCRBY', meta, 'attach', 1)
+      redis.call('HSET', meta, 'epoch', epoch)
+      -- The caller's fields of the old epoch (`c:epoch/<name>`: its
+      -- cursors, say) go with it; its other fields (a key) stay.
+      for _, field in ipairs(redis.call('HKEYS', meta)) do
+        if string.sub(field, 1, 8) == 'c:epoch/' then redis.call('HDEL', meta, field) end
+      end
     end
     if run_id and m[4] ~= run_id then redis.call('HSET', meta, 'inc', run_id) end
     for i = 1, count do

@@ -3,7 +3,7 @@
 //! trip, one script run), sent by one flushing task per instance.
 
 use crate::connection::Connection;
-use crate::ids::SessionId;
+use crate::ids::LogId;
 use crate::redis_history::{bounded, parse_seq, text_of, Keys, RedisHistory};
 use crate::{HistoryConfig, HistoryError, Known};
 use bytes::Bytes;
@@ -53,7 +53,7 @@ pub(crate) fn take_group<T, G: PartialEq>(
 
 /// One session's batch waiting for the next script call.
 pub(crate) struct Pending {
-    pub(crate) id: SessionId,
+    pub(crate) id: LogId,
     pub(crate) known: Known,
     pub(crate) payloads: Vec<Bytes>,
 }
@@ -99,6 +99,7 @@ impl Commits {
         config: &HistoryConfig,
         lossless: bool,
         pending: Pending,
+        deadline: tokio::time::Instant,
     ) -> Result<(u64, u64), HistoryError> {
         let (answer, answered) = oneshot::channel();
         self.queue().push(Queued { pending, answer });
@@ -112,11 +113,15 @@ impl Commits {
                 lossless,
             ));
         }
-        answered.await.unwrap_or_else(|_| {
-            Err(HistoryError::Unavailable(
+        match tokio::time::timeout_at(deadline, answered).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => Err(HistoryError::Unavailable(
                 "the append was dropped unanswered".into(),
-            ))
-        })
+            )),
+            Err(_) => Err(HistoryError::Unavailable(
+                "no answer by the append's deadline".into(),
+            )),
+        }
     }
 
     fn queue(&self) -> std::sync::MutexGuard<'_, Vec<Queued>> {

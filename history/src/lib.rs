@@ -52,6 +52,8 @@
 
 pub mod config;
 mod connection;
+#[cfg(test)]
+mod contract_tests;
 mod group_commit;
 pub mod ids;
 /// An in-memory [`History`] with fault injection, for tests of what runs
@@ -66,48 +68,238 @@ mod redis_history;
 pub mod test_support;
 
 pub use config::HistoryConfig;
-pub use ids::{PublishKey, SessionId};
+pub use ids::{LogId, LogKind};
+pub use notify::{Change, Followed};
 pub use redis_history::{RedisHistory, APPEND_SCRIPT, READ_BYTES};
 
 use bytes::Bytes;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
+use std::time::Duration;
+use tokio::time::Instant;
 
-/// What a session's replica needs from the shared history: the append,
-/// which assigns the session's next seqs (so any instance may append), and
-/// reads after a seq, paged by bytes. [`RedisHistory`] in the server; an
-/// in-memory fake with fault injection in unit tests.
+/// What every user of the shared history needs of it, over a neutral
+/// [`LogId`]: create a log, append to it (the history assigns the next
+/// seqs, so any instance may append), read after a seq, follow its
+/// appends, complete or delete it, keep per-log metadata beside it
+/// ([`Meta`]: the caller's cursors, keys, generations; opaque here) and
+/// short-lived tokens. What a log *is* — a server session, an rmcp
+/// stream, a Durable Streams stream — stays with its caller.
+///
+/// [`RedisHistory`] in production; the in-memory fake
+/// ([`memory::MemoryHistory`], feature `test-support`) implements all of
+/// it with the same rules, so what runs over a history is unit-tested
+/// without a Redis.
 pub trait History: Send + Sync + 'static {
+    /// What [`follow`](Self::follow) returns.
+    type Follower: Follower;
+
     /// How the history is reached and sized.
     fn config(&self) -> &HistoryConfig;
 
-    /// Appends `payloads` as the session's next seqs; the epoch they are
+    /// Records a new log under `epoch` with `meta` beside it. `Ok(false)`:
+    /// a log with this ID exists (nothing written).
+    fn create(
+        &self,
+        id: &LogId,
+        epoch: u64,
+        meta: &Meta,
+    ) -> impl Future<Output = Result<bool, HistoryError>> + Send;
+
+    /// Appends `payloads` as the log's next seqs; the epoch they are
     /// under and the first of them. Durable in the history (to its
     /// persistence settings) when `Ok`. `known` is what the caller's ring
     /// has seen: a history behind it under the same epoch, or one that
     /// may have lost events since the last append (a restarted Redis that
-    /// does not persist every write), continues the session under a new
-    /// epoch from seq 1 (see the module docs), and the batch is its first.
+    /// does not persist every write), continues the log under a new epoch
+    /// from seq 1 with its [`PER_EPOCH`] meta cleared (see the module docs), and the
+    /// batch is its first. Not sent after `deadline`, and answered by it
+    /// ([`HistoryError::Unavailable`]: it may or may not have been
+    /// applied).
     fn append(
         &self,
-        id: &SessionId,
+        id: &LogId,
         known: Known,
         payloads: &[Bytes],
+        deadline: Instant,
     ) -> impl Future<Output = Result<(u64, u64), HistoryError>> + Send;
 
-    /// The session's meta and the events after seq `after` still retained
-    /// (the first may be past `after + 1`: the caller checks), at most
-    /// `max_bytes` of payload but at least one event; `None` if the session
-    /// is gone. Restarts the session's idle expiry.
+    /// The log's meta and the events after seq `after` still retained
+    /// (the first may be past `after + 1`: the caller checks, with
+    /// [`gapless::Coverage::of_retained`]), at most `max_bytes` of payload
+    /// but at least one event; `None` if the log is gone. Restarts the
+    /// log's idle expiry unless it is complete.
     fn after(
         &self,
-        id: &SessionId,
+        id: &LogId,
         after: u64,
         max_bytes: usize,
     ) -> impl Future<Output = Result<Option<Snapshot>, HistoryError>> + Send;
+
+    /// The log's meta and every event it retains, read in pages of
+    /// [`READ_BYTES`]; `None` if the log is gone. Pages are separate reads:
+    /// if appends trimmed the log past the next page meanwhile, the load
+    /// starts again from the new oldest event.
+    fn load(
+        &self,
+        id: &LogId,
+    ) -> impl Future<Output = Result<Option<Snapshot>, HistoryError>> + Send {
+        async move {
+            'load: loop {
+                let Some(mut snapshot) = self.after(id, 0, READ_BYTES).await? else {
+                    return Ok(None);
+                };
+                loop {
+                    let next = snapshot
+                        .events
+                        .last()
+                        .map_or(snapshot.first_retained, |(seq, _)| seq + 1);
+                    if next > snapshot.published {
+                        return Ok(Some(snapshot));
+                    }
+                    let Some(page) = self.after(id, next - 1, READ_BYTES).await? else {
+                        return Ok(None);
+                    };
+                    if page.epoch != snapshot.epoch {
+                        continue 'load;
+                    }
+                    match page.events.first() {
+                        Some((seq, _)) if *seq == next => {}
+                        // Trimmed past the page meanwhile: a consistent
+                        // load starts again.
+                        _ => continue 'load,
+                    }
+                    snapshot.events.extend(page.events);
+                    snapshot.published = page.published;
+                    snapshot.meta = page.meta;
+                }
+            }
+        }
+    }
+
+    /// Follows the appends to log `id` (from any instance): the follower
+    /// hears each new last seq, at most once and possibly late (a caller
+    /// also polls), and a [`Change::Resync`] when some may have been
+    /// missed.
+    fn follow(&self, id: &LogId) -> Self::Follower;
+
+    /// Marks log `id` complete: nothing more will be appended. Its keys
+    /// expire `grace` from now, and reads no longer renew them. `false` if
+    /// the log is gone.
+    fn complete(
+        &self,
+        id: &LogId,
+        grace: Duration,
+    ) -> impl Future<Output = Result<bool, HistoryError>> + Send;
+
+    /// Deletes log `id` (its events, meta and tokens stay until they
+    /// expire); whether there was one.
+    fn delete(&self, id: &LogId) -> impl Future<Output = Result<bool, HistoryError>> + Send;
+
+    /// Updates the log's [`Meta`] as `update` says, atomically, and
+    /// restarts its idle expiry; the meta after it and whether it was
+    /// applied (`false`: refused by its guard, nothing written).
+    ///
+    /// # Errors
+    /// [`HistoryError::Gone`] when the log is gone.
+    fn update_meta(
+        &self,
+        id: &LogId,
+        update: &MetaUpdate,
+    ) -> impl Future<Output = Result<Updated, HistoryError>> + Send;
+
+    /// Keeps `value` as the log's token `name` for `ttl` (replacing one
+    /// of that name).
+    fn put_token(
+        &self,
+        id: &LogId,
+        name: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<(), HistoryError>> + Send;
+
+    /// Takes the log's token `name` (once, on whichever instance asks
+    /// first); `None` if it is unknown, taken or expired.
+    fn take_token(
+        &self,
+        id: &LogId,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<String>, HistoryError>> + Send;
+
+    /// Whether the log's token `name` is still there (not taken, not
+    /// expired).
+    fn has_token(
+        &self,
+        id: &LogId,
+        name: &str,
+    ) -> impl Future<Output = Result<bool, HistoryError>> + Send;
 }
 
-/// What an appending instance's ring has seen of the session.
+/// A follower of one log's appends ([`History::follow`]).
+pub trait Follower: Send + 'static {
+    /// Waits until something not yet reported is announced: a resync
+    /// (reported first, whatever else changed) or a higher last seq.
+    /// `None` once no more announcements will come (the caller polls).
+    fn changed(&mut self) -> impl Future<Output = Option<Change>> + Send;
+}
+
+impl Follower for Followed {
+    fn changed(&mut self) -> impl Future<Output = Option<Change>> + Send {
+        Followed::changed(self)
+    }
+}
+
+/// Per-log metadata the history keeps beside a log for its caller, field
+/// by field: opaque to the history (numbers as decimal text for
+/// [`MetaUpdate`]'s counters). A field whose name starts with
+/// [`PER_EPOCH`] belongs to the log's current epoch (a cursor, an attach
+/// generation) and is cleared when the log continues under a new one; the
+/// others (a key) stay.
+pub type Meta = BTreeMap<String, String>;
+
+/// The prefix of a [`Meta`] field cleared when the log continues under a
+/// new epoch.
+pub const PER_EPOCH: &str = "epoch/";
+
+/// An atomic update of a log's [`Meta`] ([`History::update_meta`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MetaUpdate {
+    /// Refused, nothing written, unless the log is under this epoch.
+    pub epoch: Option<u64>,
+    /// Refused, nothing written, if this counter (absent: 0) is above this
+    /// value: a caller that read it at that value has been superseded.
+    pub at_most: Option<(String, u64)>,
+    /// This counter goes up by one (after the guards pass).
+    pub increment: Option<String>,
+    /// Each of these counters is raised to at least its value (a maximum:
+    /// never lowered).
+    pub raise: Vec<(String, u64)>,
+}
+
+/// What [`History::update_meta`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Updated {
+    /// `false`: a guard refused it; nothing was written.
+    pub applied: bool,
+    /// The log's epoch.
+    pub epoch: u64,
+    /// The log's meta after the update (or as it is, when refused).
+    pub meta: Meta,
+}
+
+/// A counter of a [`Meta`]: its decimal value, 0 when absent.
+///
+/// # Errors
+/// [`HistoryError::Corrupt`] when the field is not a decimal `u64`.
+pub fn counter(meta: &Meta, name: &str) -> Result<u64, HistoryError> {
+    meta.get(name).map_or(Ok(0), |text| {
+        text.parse()
+            .map_err(|_| HistoryError::Corrupt(format!("meta {name} = {text:?}")))
+    })
+}
+
+/// What an appending instance's ring has seen of the log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Known {
     /// The ring's epoch.
@@ -116,48 +308,20 @@ pub struct Known {
     pub published: u64,
 }
 
-/// A session as the history holds it: its meta and a run of its events.
+/// A log as the history holds it: its meta and a run of its events.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Snapshot {
-    /// The session's epoch.
+    /// The log's epoch.
     pub epoch: u64,
     /// The last seq appended.
     pub published: u64,
-    /// The highest cursor the client acknowledged, on any instance.
-    pub acked: u64,
-    /// The highest seq handed to a transport, on any instance.
-    pub sent: u64,
     /// The oldest seq the history still retains (`published + 1` when it
     /// retains none).
     pub first_retained: u64,
     /// Events in seq order, dense: what was asked for and still retained.
     pub events: Vec<(u64, Bytes)>,
-    /// With `--publish-keys`: the session's publish key.
-    pub publish_key: Option<PublishKey>,
-}
-
-/// Which transport a cursor update is for. Every attach of a transport
-/// (an SSE connect, a WebSocket handshake), on any instance, raises the
-/// session's attach generation in Redis: a stream whose generation is
-/// older has been superseded, wherever the newer transport is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Attach {
-    /// No transport (an ack, an upgrade, a refusal's accounting).
-    None,
-    /// A transport attaches now: the generation goes up.
-    New,
-    /// The transport attached at this generation: refused, and nothing
-    /// raised, if another attached since.
-    Current(u64),
-}
-
-/// What a cursor update did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Raised {
-    /// `false`: the caller's transport was superseded; nothing raised.
-    pub raised: bool,
-    /// The session's attach generation now.
-    pub generation: u64,
+    /// The caller's metadata of the log.
+    pub meta: Meta,
 }
 
 /// Why a call to the shared history failed.

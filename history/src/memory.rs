@@ -3,36 +3,40 @@
 //! payload bytes, never below the newest event; reads paged by bytes),
 //! with faults to inject: unreachable, and an append applied but answered
 //! as a failure (a Redis that ran the script after the caller's deadline).
-//! Each append announces the session's new last seq, as the script's
+//! Each append announces the log's new last seq, as the script's
 //! `PUBLISH` does. A Redis restart that lost events can be simulated
 //! ([`MemoryHistory::restart_losing`]): the next append continues the
 //! session under a new epoch, as the script does.
 
-use super::{History, HistoryConfig, HistoryError, Known, Snapshot};
-use crate::SessionId;
+use super::{
+    counter, Change, Follower, History, HistoryConfig, HistoryError, Known, Meta, MetaUpdate,
+    Snapshot, Updated,
+};
+use crate::LogId;
 use bytes::Bytes;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
-/// One session as the fake holds it.
+/// One log as the fake holds it.
 #[derive(Clone, Debug, Default)]
 pub struct Stored {
-    /// The session's epoch.
+    /// The log's epoch.
     pub epoch: u64,
     /// The last seq appended.
     pub published: u64,
-    /// The highest acknowledged cursor.
-    pub acked: u64,
-    /// The highest seq handed to a transport.
-    pub sent: u64,
     /// Retained events by seq.
     pub events: BTreeMap<u64, Bytes>,
-    /// The run of the fake that created or last appended to the session
+    /// The caller's meta.
+    pub meta: Meta,
+    /// The run of the fake that created or last appended to the log
     /// (`0`: unknown, as a meta hash without `inc`).
     pub inc: u64,
+    /// Set by [`History::complete`]: nothing more is appended.
+    pub complete: bool,
 }
 
 /// Faults the next calls meet.
@@ -42,19 +46,28 @@ pub struct Faults {
     pub down: bool,
     /// The next append is applied, then answered as unavailable.
     pub land_then_fail: bool,
+    /// Appends are never answered (a Redis that stopped answering): each
+    /// waits for its deadline, then fails as unavailable, not applied.
+    pub stall_appends: bool,
 }
 
 /// The fake.
 pub struct MemoryHistory {
     config: HistoryConfig,
-    sessions: Mutex<HashMap<SessionId, Stored>>,
+    logs: Mutex<HashMap<LogId, Stored>>,
+    /// Tokens by log and name: the value and when it expires.
+    tokens: Mutex<HashMap<(LogId, String), (String, Instant)>>,
     faults: Mutex<Faults>,
     /// Append calls that reached the fake (batches, not events).
     pub appends: AtomicUsize,
-    /// How long each append takes (a round trip to Redis).
+    /// Read calls ([`History::after`]) that reached the fake.
+    pub reads: AtomicUsize,
+    /// How long each append and each read takes (a round trip to Redis).
     latency: Duration,
-    /// The last seq of the latest append, of any session.
+    /// The last seq of the latest append, of any log.
     announced: watch::Sender<u64>,
+    /// Each followed log's last seq, as its appends announce it.
+    followed: Mutex<HashMap<LogId, watch::Sender<u64>>>,
     /// The fake's run (Redis's `run_id`): a restart changes it.
     run: AtomicU64,
     /// Whether a restart keeps every acknowledged event (AOF, fsync always).
@@ -69,7 +82,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl MemoryHistory {
     /// An empty fake keeping `retention` events and `retention_bytes` of
-    /// payload per session.
+    /// payload per log.
     pub fn new(retention: usize, retention_bytes: usize) -> Self {
         Self {
             config: HistoryConfig {
@@ -81,11 +94,14 @@ impl MemoryHistory {
                 idle: Duration::from_secs(600),
                 ca_file: None,
             },
-            sessions: Mutex::new(HashMap::new()),
+            logs: Mutex::new(HashMap::new()),
+            tokens: Mutex::new(HashMap::new()),
             faults: Mutex::new(Faults::default()),
             appends: AtomicUsize::new(0),
+            reads: AtomicUsize::new(0),
             latency: Duration::ZERO,
             announced: watch::channel(0).0,
+            followed: Mutex::new(HashMap::new()),
             run: AtomicU64::new(1),
             lossless: false,
         }
@@ -97,39 +113,36 @@ impl MemoryHistory {
         self
     }
 
-    /// A restart of the fake (a new run) that brought session `id` back as
-    /// it was at seq `kept` (a snapshot): the events after it, and its
-    /// cursors past it, are lost. Under the same epoch, `published` alone
-    /// would hand their seqs out again.
-    pub fn restart_losing(&self, id: &SessionId, kept: u64) {
+    /// A restart of the fake (a new run) that brought log `id` back as it
+    /// was at seq `kept` (a snapshot): the events after it are lost. Under
+    /// the same epoch, `published` alone would hand their seqs out again.
+    pub fn restart_losing(&self, id: &LogId, kept: u64) {
         self.run.fetch_add(1, Ordering::Relaxed);
-        if let Some(stored) = lock(&self.sessions).get_mut(id) {
+        if let Some(stored) = lock(&self.logs).get_mut(id) {
             stored.events.retain(|seq, _| *seq <= kept);
             stored.published = stored.published.min(kept);
-            stored.acked = stored.acked.min(kept);
-            stored.sent = stored.sent.min(kept);
         }
     }
 
-    /// The same fake, each append taking `latency`.
+    /// The same fake, each append and read taking `latency`.
     pub fn with_latency(mut self, latency: Duration) -> Self {
         self.latency = latency;
         self
     }
 
-    /// Announcements of appends (any session's new last seq).
+    /// Announcements of appends (any log's new last seq).
     pub fn announcements(&self) -> watch::Receiver<u64> {
         self.announced.subscribe()
     }
 
-    /// Puts session `id` in the fake as `stored`.
-    pub fn put(&self, id: SessionId, stored: Stored) {
-        lock(&self.sessions).insert(id, stored);
+    /// Puts log `id` in the fake as `stored`.
+    pub fn put(&self, id: LogId, stored: Stored) {
+        lock(&self.logs).insert(id, stored);
     }
 
-    /// Session `id` as the fake holds it.
-    pub fn get(&self, id: &SessionId) -> Option<Stored> {
-        lock(&self.sessions).get(id).cloned()
+    /// Log `id` as the fake holds it.
+    pub fn get(&self, id: &LogId) -> Option<Stored> {
+        lock(&self.logs).get(id).cloned()
     }
 
     /// Sets the faults.
@@ -143,27 +156,74 @@ impl MemoryHistory {
         }
         Ok(())
     }
+
+    async fn round_trip(&self) {
+        if !self.latency.is_zero() {
+            tokio::time::sleep(self.latency).await;
+        }
+    }
+}
+
+/// A follower of one log of a [`MemoryHistory`].
+pub struct MemoryFollower {
+    receiver: watch::Receiver<u64>,
+}
+
+impl Follower for MemoryFollower {
+    async fn changed(&mut self) -> Option<Change> {
+        self.receiver.changed().await.ok()?;
+        Some(Change::Published(*self.receiver.borrow_and_update()))
+    }
 }
 
 impl History for MemoryHistory {
+    type Follower = MemoryFollower;
+
     fn config(&self) -> &HistoryConfig {
         &self.config
     }
 
+    async fn create(&self, id: &LogId, epoch: u64, meta: &Meta) -> Result<bool, HistoryError> {
+        self.check_up()?;
+        let mut logs = lock(&self.logs);
+        if logs.contains_key(id) {
+            return Ok(false);
+        }
+        logs.insert(
+            *id,
+            Stored {
+                epoch,
+                meta: meta.clone(),
+                inc: self.run.load(Ordering::Relaxed),
+                ..Stored::default()
+            },
+        );
+        Ok(true)
+    }
+
     async fn append(
         &self,
-        id: &SessionId,
+        id: &LogId,
         known: Known,
         payloads: &[Bytes],
+        deadline: Instant,
     ) -> Result<(u64, u64), HistoryError> {
         self.check_up()?;
         self.appends.fetch_add(1, Ordering::Relaxed);
-        if !self.latency.is_zero() {
-            tokio::time::sleep(self.latency).await;
+        let late = || HistoryError::Unavailable("no answer by the deadline".into());
+        if lock(&self.faults).stall_appends {
+            tokio::time::sleep_until(deadline).await;
+            return Err(late());
+        }
+        if tokio::time::timeout_at(deadline, self.round_trip())
+            .await
+            .is_err()
+        {
+            return Err(late());
         }
         let (epoch, first, last) = {
-            let mut sessions = lock(&self.sessions);
-            let stored = sessions.get_mut(id).ok_or(HistoryError::Gone)?;
+            let mut logs = lock(&self.logs);
+            let stored = logs.get_mut(id).ok_or(HistoryError::Gone)?;
             // As the script: a restart that may have lost events, or a
             // history behind the caller's ring, continues under a new epoch.
             let run = self.run.load(Ordering::Relaxed);
@@ -174,8 +234,9 @@ impl History for MemoryHistory {
                 stored.epoch = stored.epoch.wrapping_mul(31).wrapping_add(run).max(1);
                 stored.events.clear();
                 stored.published = 0;
-                stored.acked = 0;
-                stored.sent = 0;
+                stored
+                    .meta
+                    .retain(|name, _| !name.starts_with(crate::PER_EPOCH));
             }
             stored.inc = run;
             let first = stored.published + 1;
@@ -194,6 +255,9 @@ impl History for MemoryHistory {
             (stored.epoch, first, stored.published)
         };
         self.announced.send_replace(last);
+        if let Some(followers) = lock(&self.followed).get(id) {
+            followers.send_replace(last);
+        }
         let mut faults = lock(&self.faults);
         if std::mem::take(&mut faults.land_then_fail) {
             return Err(HistoryError::Unavailable("applied, answered late".into()));
@@ -203,12 +267,14 @@ impl History for MemoryHistory {
 
     async fn after(
         &self,
-        id: &SessionId,
+        id: &LogId,
         after: u64,
         max_bytes: usize,
     ) -> Result<Option<Snapshot>, HistoryError> {
         self.check_up()?;
-        Ok(lock(&self.sessions).get(id).map(|stored| {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.round_trip().await;
+        Ok(lock(&self.logs).get(id).map(|stored| {
             let mut total = 0;
             let events = stored
                 .events
@@ -224,8 +290,6 @@ impl History for MemoryHistory {
             Snapshot {
                 epoch: stored.epoch,
                 published: stored.published,
-                acked: stored.acked,
-                sent: stored.sent,
                 first_retained: stored
                     .events
                     .keys()
@@ -233,8 +297,91 @@ impl History for MemoryHistory {
                     .copied()
                     .unwrap_or(stored.published + 1),
                 events,
-                publish_key: None,
+                meta: stored.meta.clone(),
             }
         }))
+    }
+
+    fn follow(&self, id: &LogId) -> MemoryFollower {
+        let mut followed = lock(&self.followed);
+        let published = lock(&self.logs)
+            .get(id)
+            .map_or(0, |stored| stored.published);
+        let sender = followed
+            .entry(*id)
+            .or_insert_with(|| watch::channel(published).0);
+        MemoryFollower {
+            receiver: sender.subscribe(),
+        }
+    }
+
+    async fn complete(&self, id: &LogId, _grace: Duration) -> Result<bool, HistoryError> {
+        self.check_up()?;
+        Ok(lock(&self.logs)
+            .get_mut(id)
+            .map(|stored| stored.complete = true)
+            .is_some())
+    }
+
+    async fn delete(&self, id: &LogId) -> Result<bool, HistoryError> {
+        self.check_up()?;
+        Ok(lock(&self.logs).remove(id).is_some())
+    }
+
+    async fn update_meta(&self, id: &LogId, update: &MetaUpdate) -> Result<Updated, HistoryError> {
+        self.check_up()?;
+        let mut logs = lock(&self.logs);
+        let stored = logs.get_mut(id).ok_or(HistoryError::Gone)?;
+        let refused = update.epoch.is_some_and(|epoch| epoch != stored.epoch)
+            || match &update.at_most {
+                Some((name, value)) => counter(&stored.meta, name)? > *value,
+                None => false,
+            };
+        if !refused {
+            if let Some(name) = &update.increment {
+                let next = counter(&stored.meta, name)? + 1;
+                stored.meta.insert(name.clone(), next.to_string());
+            }
+            for (name, value) in &update.raise {
+                if *value > counter(&stored.meta, name)? {
+                    stored.meta.insert(name.clone(), value.to_string());
+                }
+            }
+        }
+        Ok(Updated {
+            applied: !refused,
+            epoch: stored.epoch,
+            meta: stored.meta.clone(),
+        })
+    }
+
+    async fn put_token(
+        &self,
+        id: &LogId,
+        name: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> Result<(), HistoryError> {
+        self.check_up()?;
+        lock(&self.tokens).insert(
+            (*id, name.to_owned()),
+            (value.to_owned(), Instant::now() + ttl),
+        );
+        Ok(())
+    }
+
+    async fn take_token(&self, id: &LogId, name: &str) -> Result<Option<String>, HistoryError> {
+        self.check_up()?;
+        Ok(lock(&self.tokens)
+            .remove(&(*id, name.to_owned()))
+            .filter(|(_, expires)| *expires > Instant::now())
+            .map(|(value, _)| value))
+    }
+
+    async fn has_token(&self, id: &LogId, name: &str) -> Result<bool, HistoryError> {
+        self.check_up()?;
+        Ok(lock(&self.tokens)
+            .get(&(*id, name.to_owned()))
+            .is_some_and(|(_, expires)| *expires > Instant::now()))
     }
 }

@@ -38,7 +38,7 @@
 //! followed one, [`Seen::published`] is raised (never lowered) and its
 //! followers are woken only if it did rise.
 
-use crate::SessionId;
+use crate::LogId;
 use futures_util::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
 use std::collections::hash_map::{Entry, HashMap};
@@ -51,7 +51,7 @@ use tokio::task::AbortHandle;
 
 /// The channel the append script announces session `id`'s appends on
 /// (`"gapless:appended:" .. id` in `append.lua`).
-pub fn channel(id: &SessionId) -> String {
+pub fn channel(id: &LogId) -> String {
     format!("gapless:appended:{id}")
 }
 
@@ -67,14 +67,14 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// The announcement of an append: `"<session-id> <last-seq>"`, the session
 /// ID as 32 lowercase hex digits and the last seq appended in decimal.
-pub fn message(id: &SessionId, last: u64) -> String {
+pub fn message(id: &LogId, last: u64) -> String {
     format!("{id} {last}")
 }
 
 /// Parses what [`message`] writes, strictly: exactly 32 lowercase hex
 /// digits, one space, 1 to 20 ASCII decimal digits that fit a `u64` (no
 /// sign, no whitespace, nothing after). Anything else is `None`.
-fn parse(payload: &[u8]) -> Option<(SessionId, u64)> {
+fn parse(payload: &[u8]) -> Option<(LogId, u64)> {
     let text = std::str::from_utf8(payload).ok()?;
     let (id, last) = text.split_once(' ')?;
     // `u64::from_str` would also take a leading `+`.
@@ -114,12 +114,12 @@ struct Shared {
     /// The sessions followed on this instance: an entry exists exactly as
     /// long as at least one [`Followed`] of its session does (until the
     /// notifier is dropped, which empties it).
-    sessions: Mutex<HashMap<SessionId, Watched>>,
+    sessions: Mutex<HashMap<LogId, Watched>>,
     /// Whether the connection is established now (no failure seen since).
     subscribed: AtomicBool,
     /// Sessions whose channel may need (un)subscribing: followed or no
     /// longer followed since the task last looked.
-    changed: Mutex<HashSet<SessionId>>,
+    changed: Mutex<HashSet<LogId>>,
     /// Wakes the task to look at `changed`.
     wake: tokio::sync::Notify,
 }
@@ -156,7 +156,7 @@ impl Notifier {
     /// confirms its channel's subscription. Read the session from Redis,
     /// then wait on [`Followed::changed`]: nothing appended after the read
     /// is missed. Followers of one session share one entry.
-    pub fn follow(&self, id: SessionId) -> Followed {
+    pub fn follow(&self, id: LogId) -> Followed {
         let mut sessions = self.shared.lock();
         let watched = sessions.entry(id).or_insert_with(|| {
             self.shared.mark(id);
@@ -202,7 +202,7 @@ impl Drop for Notifier {
 /// no longer followed once all of its `Followed` are dropped.
 pub struct Followed {
     /// The session followed.
-    id: SessionId,
+    id: LogId,
     /// What the notifier announced for it.
     receiver: watch::Receiver<Seen>,
     /// [`Seen::resyncs`] when this follower began or last reported a
@@ -230,7 +230,7 @@ pub enum Change {
 
 impl Followed {
     /// The session followed.
-    pub fn id(&self) -> SessionId {
+    pub fn id(&self) -> LogId {
         self.id
     }
 
@@ -270,7 +270,7 @@ impl Drop for Followed {
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, HashMap<SessionId, Watched>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<LogId, Watched>> {
         self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -297,7 +297,7 @@ impl Shared {
 
     /// Session `id` was followed or is no longer: the task (un)subscribes
     /// its channel.
-    fn mark(&self, id: SessionId) {
+    fn mark(&self, id: LogId) {
         self.changed
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -306,7 +306,7 @@ impl Shared {
     }
 
     /// The channels of `ids` are (re)subscribed: their followers re-read.
-    fn resync(&self, ids: &[SessionId]) {
+    fn resync(&self, ids: &[LogId]) {
         let sessions = self.lock();
         for id in ids {
             if let Some(watched) = sessions.get(id) {
@@ -319,13 +319,13 @@ impl Shared {
     /// followed sessions it lacks, and the ones it has that nobody
     /// follows. With `all`, every session is looked at (a new
     /// connection); otherwise those marked since the last look.
-    fn to_change(&self, has: &HashSet<SessionId>, all: bool) -> (Vec<SessionId>, Vec<SessionId>) {
-        let marked: Vec<SessionId> =
+    fn to_change(&self, has: &HashSet<LogId>, all: bool) -> (Vec<LogId>, Vec<LogId>) {
+        let marked: Vec<LogId> =
             std::mem::take(&mut *self.changed.lock().unwrap_or_else(PoisonError::into_inner))
                 .into_iter()
                 .collect();
         let sessions = self.lock();
-        let looked: Vec<SessionId> = if all {
+        let looked: Vec<LogId> = if all {
             sessions.keys().copied().chain(marked).collect()
         } else {
             marked
@@ -393,7 +393,7 @@ async fn subscribe(client: &redis::Client) -> redis::RedisResult<(PubSubSink, Pu
 async fn reconcile(
     shared: &Shared,
     sink: &mut PubSubSink,
-    has: &mut HashSet<SessionId>,
+    has: &mut HashSet<LogId>,
     all: bool,
     timeout: Duration,
 ) -> Result<(), String> {
@@ -502,15 +502,15 @@ mod tests {
         }
     }
 
-    fn session(byte: u8) -> SessionId {
-        SessionId::from_bytes([byte; 16])
+    fn session(byte: u8) -> LogId {
+        LogId::from_bytes([byte; 16])
     }
 
     /// PUBLISHes `payload` on session `id`'s [`channel`]; how many
     /// subscribers got it.
     async fn publish(
         con: &mut MultiplexedConnection,
-        id: &SessionId,
+        id: &LogId,
         payload: impl AsRef<[u8]>,
     ) -> u64 {
         redis::cmd("PUBLISH")
@@ -769,7 +769,7 @@ mod tests {
             .map(|n| {
                 let mut bytes = [0u8; 16];
                 bytes[..4].copy_from_slice(&n.to_be_bytes());
-                notifier.follow(SessionId::from_bytes(bytes))
+                notifier.follow(LogId::from_bytes(bytes))
             })
             .collect();
         assert_eq!(notifier.followed(), 300);

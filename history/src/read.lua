@@ -1,14 +1,26 @@
--- One consistent read of a session: its meta and a page of its events,
--- at most a byte budget of payload (never less than one event), and a
+-- One consistent read of a log: its meta and a page of its events, at
+-- most a byte budget of payload (never less than one event), and a
 -- restart of its idle expiry (a read is activity too), unless the log is
 -- complete (complete.lua: it expires its grace after completion).
 -- KEYS: meta, stream, sizes. ARGV: a seq (the events after it, oldest
--- first), max bytes, idle ms.
--- Returns nil when the session is gone, else {epoch, published, acked,
--- sent, entries, publish key ('' without one), first retained seq}.
-local m = redis.call('HMGET', KEYS[1], 'epoch', 'published', 'acked', 'sent', 'pk', 'done')
-if not m[1] then return nil end
-local published = tonumber(m[2])
+-- first), max bytes, the keys' time to live in ms.
+-- Returns nil when the log is gone, else {epoch, published, entries,
+-- first retained seq, the caller's meta as a flat name, value list}.
+local fields = redis.call('HGETALL', KEYS[1])
+if #fields == 0 then return nil end
+local m = {}
+local caller = {}
+for i = 1, #fields, 2 do
+  local name = fields[i]
+  if string.sub(name, 1, 2) == 'c:' then
+    caller[#caller + 1] = string.sub(name, 3)
+    caller[#caller + 1] = fields[i + 1]
+  else
+    m[name] = fields[i + 1]
+  end
+end
+if not m['epoch'] or not m['published'] then return nil end
+local published = tonumber(m['published'])
 local retained = redis.call('LLEN', KEYS[3])
 local first = published - retained + 1
 local from = math.max(tonumber(ARGV[1]) + 1, first)
@@ -27,9 +39,9 @@ local entries = {}
 if count > 0 then
   entries = redis.call('XRANGE', KEYS[2], string.format('0-%d', from), '+', 'COUNT', count)
 end
-if not m[6] then
+if not m['done'] then
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
   redis.call('PEXPIRE', KEYS[3], ARGV[3])
 end
-return {m[1], m[2], m[3], m[4], entries, m[5] or '', string.format('%d', first)}
+return {m['epoch'], m['published'], entries, string.format('%d', first), caller}

@@ -11,17 +11,18 @@
 
 use super::connection::Connection;
 use super::group_commit::{Commits, Pending};
-use super::{Attach, History, HistoryConfig, HistoryError, Known, Raised, Snapshot};
-use crate::ids::{PublishKey, SessionId};
+use super::{History, HistoryConfig, HistoryError, Known, Meta, MetaUpdate, Snapshot, Updated};
+use crate::ids::LogId;
+use crate::notify::{Followed, Notifier};
 use bytes::Bytes;
-use gapless::EventId;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::{Client, ErrorKind, IntoConnectionInfo, RedisError, Script, Value};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+use tokio::time::Instant;
 
 /// Payload bytes read per call at most when a ring catches up with the
 /// history or a session is loaded (a page never has fewer than one event
@@ -48,8 +49,11 @@ pub struct RedisHistory {
     /// connect): then a restart alone does not move sessions to a new
     /// epoch (see `append.lua`).
     lossless: AtomicBool,
-    /// Appends waiting to go to Redis, several sessions per script call.
+    /// Appends waiting to go to Redis, several logs per script call.
     commits: Arc<Commits>,
+    /// The one connection that hears of every append, for the logs
+    /// followed here: started by the first [`History::follow`].
+    notifier: OnceLock<Arc<Notifier>>,
 }
 
 /// The Lua scripts, sent by SHA (`EVALSHA`) and loaded again on
@@ -57,7 +61,7 @@ pub struct RedisHistory {
 struct Scripts {
     create: Script,
     append: Script,
-    raise: Script,
+    update: Script,
     read: Script,
     complete: Script,
 }
@@ -70,13 +74,13 @@ pub(crate) struct Keys {
 }
 
 impl Keys {
-    /// The key of upgrade `ticket` (hex) of session `id`: in the session's
-    /// slot, expiring with the ticket.
-    fn ticket(id: &SessionId, ticket: &str) -> String {
-        format!("gapless:{{{id}}}:t:{ticket}")
+    /// The key of log `id`'s token `name`: in the log's slot, expiring
+    /// with the token.
+    fn token(id: &LogId, name: &str) -> String {
+        format!("gapless:{{{id}}}:t:{name}")
     }
 
-    pub(crate) fn of(id: &SessionId) -> Self {
+    pub(crate) fn of(id: &LogId) -> Self {
         Self {
             stream: format!("gapless:{{{id}}}:s"),
             meta: format!("gapless:{{{id}}}:m"),
@@ -173,12 +177,13 @@ impl RedisHistory {
             scripts: Scripts {
                 create: Script::new(include_str!("create.lua")),
                 append: Script::new(APPEND_SCRIPT),
-                raise: Script::new(include_str!("raise.lua")),
+                update: Script::new(include_str!("update_meta.lua")),
                 read: Script::new(include_str!("read.lua")),
                 complete: Script::new(include_str!("complete.lua")),
             },
             lossless: AtomicBool::new(false),
             commits: Arc::default(),
+            notifier: OnceLock::new(),
         };
         history.ping().await.map_err(|error| match error {
             // Name the Redis (never its credentials) in a startup failure.
@@ -303,252 +308,64 @@ impl RedisHistory {
         Self::ms(idle).saturating_add(Self::ms(idle) / 4)
     }
 
-    /// Records a new session with `epoch`. `false` if a session with this
-    /// ID exists.
-    pub async fn create(
-        &self,
-        id: &SessionId,
-        epoch: u64,
-        publish_key: Option<PublishKey>,
-    ) -> Result<bool, HistoryError> {
-        let keys = Keys::of(id);
-        let mut connection = self.connection.clone();
-        let mut invocation = self.scripts.create.prepare_invoke();
-        invocation
-            .key(&keys.meta)
-            .arg(format!("{epoch:016x}"))
-            .arg(Self::keys_ttl(self.config.idle))
-            .arg(publish_key.map(|key| key.to_string()).unwrap_or_default());
-        let created: i64 = self.call(invocation.invoke_async(&mut connection)).await?;
-        Ok(created == 1)
+    /// The announcement connection, started by the first
+    /// [`History::follow`].
+    fn notifier(&self) -> &Arc<Notifier> {
+        self.notifier
+            .get_or_init(|| Notifier::start(self.client.clone(), self.config.timeout))
     }
 
-    /// Marks log `id` complete: nothing more will be appended (an rmcp
-    /// request stream after its response). Its keys expire `grace` from
-    /// now, and reads no longer renew them. `false` if the log is gone.
-    pub async fn complete(&self, id: &SessionId, grace: Duration) -> Result<bool, HistoryError> {
+    /// Runs `script` on log `id`'s keys (meta, stream, sizes) with `args`.
+    async fn run<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        id: &LogId,
+        args: impl FnOnce(&mut redis::ScriptInvocation<'_>),
+    ) -> Result<T, HistoryError> {
         let keys = Keys::of(id);
         let mut connection = self.connection.clone();
-        let mut invocation = self.scripts.complete.prepare_invoke();
+        let mut invocation = script.prepare_invoke();
         invocation
             .key(&keys.meta)
             .key(&keys.stream)
-            .key(&keys.sizes)
-            .arg(Self::ms(grace).max(1));
-        let completed: i64 = self.call(invocation.invoke_async(&mut connection)).await?;
-        Ok(completed == 1)
-    }
-
-    /// Raises the session's `acked` and `sent` to at least these values
-    /// for a transport at `attach` (see [`Attach`]), and restarts the
-    /// session's idle expiry.
-    pub async fn raise_cursors(
-        &self,
-        id: &SessionId,
-        acked: u64,
-        sent: u64,
-        attach: Attach,
-    ) -> Result<Raised, HistoryError> {
-        let keys = Keys::of(id);
-        let mut connection = self.connection.clone();
-        let mut invocation = self.scripts.raise.prepare_invoke();
-        invocation
-            .key(&keys.meta)
-            .key(&keys.stream)
-            .key(&keys.sizes)
-            .arg(acked)
-            .arg(sent)
-            .arg(Self::keys_ttl(self.config.idle))
-            .arg(match attach {
-                Attach::None => String::new(),
-                Attach::New => "new".to_owned(),
-                Attach::Current(generation) => generation.to_string(),
-            });
-        let (raised, generation): (i64, u64) =
-            self.call(invocation.invoke_async(&mut connection)).await?;
-        Ok(Raised {
-            raised: raised == 1,
-            generation,
-        })
-    }
-
-    /// The session's meta and every event it retains, read in pages of
-    /// [`READ_BYTES`]; `None` if the session is gone. Pages are separate
-    /// reads: if appends trimmed the history past the next page meanwhile,
-    /// the load starts again from the new oldest event.
-    pub async fn load(&self, id: &SessionId) -> Result<Option<Snapshot>, HistoryError> {
-        'load: loop {
-            let Some(mut snapshot) = self.read(id, 0, READ_BYTES).await? else {
-                return Ok(None);
-            };
-            loop {
-                let next = snapshot
-                    .events
-                    .last()
-                    .map_or(snapshot.first_retained, |(seq, _)| seq + 1);
-                if next > snapshot.published {
-                    return Ok(Some(snapshot));
-                }
-                let Some(page) = self.read(id, next - 1, READ_BYTES).await? else {
-                    return Ok(None);
-                };
-                if page.epoch != snapshot.epoch {
-                    continue 'load;
-                }
-                match page.events.first() {
-                    Some((seq, _)) if *seq == next => {}
-                    // Trimmed past the page meanwhile: a consistent load
-                    // starts again.
-                    _ => continue 'load,
-                }
-                snapshot.events.extend(page.events);
-                snapshot.published = page.published;
-                snapshot.acked = page.acked;
-                snapshot.sent = page.sent;
-            }
-        }
-    }
-
-    async fn read(
-        &self,
-        id: &SessionId,
-        after: u64,
-        max_bytes: usize,
-    ) -> Result<Option<Snapshot>, HistoryError> {
-        let keys = Keys::of(id);
-        let mut connection = self.connection.clone();
-        let mut invocation = self.scripts.read.prepare_invoke();
-        invocation
-            .key(&keys.meta)
-            .key(&keys.stream)
-            .key(&keys.sizes)
-            .arg(after)
-            .arg(max_bytes)
-            .arg(Self::keys_ttl(self.config.idle));
-        let value: Value = self.call(invocation.invoke_async(&mut connection)).await?;
-        let items = match value {
-            Value::Nil => return Ok(None),
-            Value::Array(items) if items.len() == 7 => items,
-            other => return Err(HistoryError::Corrupt(format!("read answered {other:?}"))),
-        };
-        let mut items = items.into_iter();
-        let mut next = || items.next().unwrap_or(Value::Nil);
-        let epoch = text_of(next())?;
-        let epoch = u64::from_str_radix(&epoch, 16)
-            .map_err(|_| HistoryError::Corrupt(format!("epoch {epoch:?}")))?;
-        let published = parse_seq(&text_of(next())?)?;
-        let acked = parse_seq(&text_of(next())?)?;
-        let sent = parse_seq(&text_of(next())?)?;
-        let events = entries(next())?;
-        let publish_key = match text_of(next())? {
-            key if key.is_empty() => None,
-            key => Some(
-                key.parse()
-                    .map_err(|_| HistoryError::Corrupt("publish key".into()))?,
-            ),
-        };
-        let first_retained = parse_seq(&text_of(next())?)?;
-        Ok(Some(Snapshot {
-            epoch,
-            published,
-            acked,
-            sent,
-            first_retained,
-            events,
-            publish_key,
-        }))
-    }
-
-    /// Records upgrade `ticket` for `cursor` until `ttl`, so the WebSocket
-    /// handshake may reach any instance. The cursor keeps its epoch: a
-    /// session that moved to a new epoch meanwhile refuses it.
-    pub async fn ticket_put(
-        &self,
-        id: &SessionId,
-        ticket: &str,
-        cursor: EventId,
-        ttl: Duration,
-    ) -> Result<(), HistoryError> {
-        let mut connection = self.connection.clone();
-        self.call(
-            redis::cmd("SET")
-                .arg(Keys::ticket(id, ticket))
-                .arg(cursor.to_string())
-                .arg("PX")
-                .arg(Self::ms(ttl))
-                .query_async::<()>(&mut connection),
-        )
-        .await
-    }
-
-    /// Takes upgrade `ticket` (`GETDEL`: it is used once, on whichever
-    /// instance gets the handshake first); its cursor, or `None` if it is
-    /// unknown, used or expired.
-    pub async fn ticket_take(
-        &self,
-        id: &SessionId,
-        ticket: &str,
-    ) -> Result<Option<EventId>, HistoryError> {
-        let mut connection = self.connection.clone();
-        let cursor: Option<String> = self
-            .call(
-                redis::cmd("GETDEL")
-                    .arg(Keys::ticket(id, ticket))
-                    .query_async(&mut connection),
-            )
-            .await?;
-        cursor
-            .map(|text| {
-                text.parse()
-                    .map_err(|_| HistoryError::Corrupt(format!("ticket cursor {text:?}")))
-            })
-            .transpose()
-    }
-
-    /// Whether upgrade `ticket` is still waiting for its handshake.
-    pub async fn ticket_exists(&self, id: &SessionId, ticket: &str) -> Result<bool, HistoryError> {
-        let mut connection = self.connection.clone();
-        let exists: i64 = self
-            .call(
-                redis::cmd("EXISTS")
-                    .arg(Keys::ticket(id, ticket))
-                    .query_async(&mut connection),
-            )
-            .await?;
-        Ok(exists == 1)
-    }
-
-    /// Deletes the session's keys; whether there were any.
-    pub async fn delete(&self, id: &SessionId) -> Result<bool, HistoryError> {
-        let keys = Keys::of(id);
-        let mut connection = self.connection.clone();
-        self.call(
-            redis::cmd("DEL")
-                .arg(&keys.stream)
-                .arg(&keys.meta)
-                .arg(&keys.sizes)
-                .query_async::<i64>(&mut connection),
-        )
-        .await
-        .map(|deleted| deleted > 0)
+            .key(&keys.sizes);
+        args(&mut invocation);
+        self.call(invocation.invoke_async(&mut connection)).await
     }
 }
 
 impl History for RedisHistory {
+    type Follower = Followed;
+
     /// The configuration this history was opened with.
     fn config(&self) -> &HistoryConfig {
         &self.config
     }
 
-    /// Appends `payloads` as the session's next seqs, trimming the session
-    /// to the ring's limits; the epoch and the first seq. Durable in Redis
-    /// (to its persistence settings) when this returns `Ok`. Offers the
-    /// script a fresh epoch, taken if the session lost events.
+    async fn create(&self, id: &LogId, epoch: u64, meta: &Meta) -> Result<bool, HistoryError> {
+        let created: i64 = self
+            .run(&self.scripts.create, id, |invocation| {
+                invocation
+                    .arg(format!("{epoch:016x}"))
+                    .arg(Self::keys_ttl(self.config.idle));
+                for (name, value) in meta {
+                    invocation.arg(name).arg(value);
+                }
+            })
+            .await?;
+        Ok(created == 1)
+    }
+
+    /// Appends `payloads` as the log's next seqs, trimming the log to the
+    /// ring's limits; the epoch and the first seq. Durable in Redis (to
+    /// its persistence settings) when this returns `Ok`. Offers the script
+    /// a fresh epoch, taken if the log lost events.
     async fn append(
         &self,
-        id: &SessionId,
+        id: &LogId,
         known: Known,
         payloads: &[Bytes],
+        deadline: Instant,
     ) -> Result<(u64, u64), HistoryError> {
         self.commits
             .append(
@@ -561,21 +378,177 @@ impl History for RedisHistory {
                     known,
                     payloads: payloads.to_vec(),
                 },
+                deadline,
             )
             .await
     }
 
-    /// The session's meta and the events after seq `after` still retained,
-    /// at most `max_bytes` of payload (at least one event); `None` if the
-    /// session is gone.
     async fn after(
         &self,
-        id: &SessionId,
+        id: &LogId,
         after: u64,
         max_bytes: usize,
     ) -> Result<Option<Snapshot>, HistoryError> {
-        self.read(id, after, max_bytes).await
+        let value: Value = self
+            .run(&self.scripts.read, id, |invocation| {
+                invocation
+                    .arg(after)
+                    .arg(max_bytes)
+                    .arg(Self::keys_ttl(self.config.idle));
+            })
+            .await?;
+        let items = match value {
+            Value::Nil => return Ok(None),
+            Value::Array(items) if items.len() == 5 => items,
+            other => return Err(HistoryError::Corrupt(format!("read answered {other:?}"))),
+        };
+        let mut items = items.into_iter();
+        let mut next = || items.next().unwrap_or(Value::Nil);
+        let epoch = parse_epoch(&text_of(next())?)?;
+        let published = parse_seq(&text_of(next())?)?;
+        let events = entries(next())?;
+        let first_retained = parse_seq(&text_of(next())?)?;
+        let meta = caller_meta(next())?;
+        Ok(Some(Snapshot {
+            epoch,
+            published,
+            first_retained,
+            events,
+            meta,
+        }))
     }
+
+    fn follow(&self, id: &LogId) -> Followed {
+        self.notifier().follow(*id)
+    }
+
+    async fn complete(&self, id: &LogId, grace: Duration) -> Result<bool, HistoryError> {
+        let completed: i64 = self
+            .run(&self.scripts.complete, id, |invocation| {
+                invocation.arg(Self::ms(grace).max(1));
+            })
+            .await?;
+        Ok(completed == 1)
+    }
+
+    async fn delete(&self, id: &LogId) -> Result<bool, HistoryError> {
+        let keys = Keys::of(id);
+        let mut connection = self.connection.clone();
+        self.call(
+            redis::cmd("DEL")
+                .arg(&keys.stream)
+                .arg(&keys.meta)
+                .arg(&keys.sizes)
+                .query_async::<i64>(&mut connection),
+        )
+        .await
+        .map(|deleted| deleted > 0)
+    }
+
+    async fn update_meta(&self, id: &LogId, update: &MetaUpdate) -> Result<Updated, HistoryError> {
+        let value: Value = self
+            .run(&self.scripts.update, id, |invocation| {
+                invocation.arg(Self::keys_ttl(self.config.idle));
+                invocation.arg(
+                    update
+                        .epoch
+                        .map(|epoch| format!("{epoch:016x}"))
+                        .unwrap_or_default(),
+                );
+                match &update.at_most {
+                    Some((name, value)) => invocation.arg(name).arg(*value),
+                    None => invocation.arg("").arg(0),
+                };
+                invocation.arg(update.increment.as_deref().unwrap_or(""));
+                for (name, value) in &update.raise {
+                    invocation.arg(name).arg(*value);
+                }
+            })
+            .await?;
+        let items = match value {
+            Value::Array(items) if items.len() == 3 => items,
+            other => return Err(HistoryError::Corrupt(format!("update answered {other:?}"))),
+        };
+        let mut items = items.into_iter();
+        let mut next = || items.next().unwrap_or(Value::Nil);
+        let applied = text_of(next())? == "1";
+        let epoch = parse_epoch(&text_of(next())?)?;
+        let meta = caller_meta(next())?;
+        Ok(Updated {
+            applied,
+            epoch,
+            meta,
+        })
+    }
+
+    async fn put_token(
+        &self,
+        id: &LogId,
+        name: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> Result<(), HistoryError> {
+        let mut connection = self.connection.clone();
+        self.call(
+            redis::cmd("SET")
+                .arg(Keys::token(id, name))
+                .arg(value)
+                .arg("PX")
+                .arg(Self::ms(ttl))
+                .query_async::<()>(&mut connection),
+        )
+        .await
+    }
+
+    /// `GETDEL`: a token is taken once, on whichever instance asks first.
+    async fn take_token(&self, id: &LogId, name: &str) -> Result<Option<String>, HistoryError> {
+        let mut connection = self.connection.clone();
+        self.call(
+            redis::cmd("GETDEL")
+                .arg(Keys::token(id, name))
+                .query_async(&mut connection),
+        )
+        .await
+    }
+
+    async fn has_token(&self, id: &LogId, name: &str) -> Result<bool, HistoryError> {
+        let mut connection = self.connection.clone();
+        let exists: i64 = self
+            .call(
+                redis::cmd("EXISTS")
+                    .arg(Keys::token(id, name))
+                    .query_async(&mut connection),
+            )
+            .await?;
+        Ok(exists == 1)
+    }
+}
+
+/// An epoch as the scripts hold it: 16 hex digits, never 0.
+fn parse_epoch(text: &str) -> Result<u64, HistoryError> {
+    u64::from_str_radix(text, 16)
+        .ok()
+        .filter(|epoch| *epoch != 0)
+        .ok_or_else(|| HistoryError::Corrupt(format!("epoch {text:?}")))
+}
+
+/// The caller's fields of a meta hash, as the scripts return them: a flat
+/// `[name, value, …]` with the history's own fields left out.
+fn caller_meta(value: Value) -> Result<Meta, HistoryError> {
+    let fields = match value {
+        Value::Array(fields) => fields,
+        Value::Nil => return Ok(Meta::new()),
+        other => return Err(HistoryError::Corrupt(format!("meta {other:?}"))),
+    };
+    let mut fields = fields.into_iter();
+    let mut meta = Meta::new();
+    while let Some(name) = fields.next() {
+        let value = fields
+            .next()
+            .ok_or_else(|| HistoryError::Corrupt("meta: a name without a value".into()))?;
+        meta.insert(text_of(name)?, text_of(value)?);
+    }
+    Ok(meta)
 }
 
 /// `call` within `timeout`, its error typed.

@@ -4,7 +4,7 @@
 mod grouping {
     use crate::group_commit::{take_group, GROUP_WINDOW};
     use crate::redis_history::Keys;
-    use crate::SessionId;
+    use crate::LogId;
     use redis::cluster_routing::Slot;
 
     #[test]
@@ -16,15 +16,10 @@ mod grouping {
             Slot::new(3443).expect("a slot")
         );
         assert_eq!(Slot::for_key("somekey"), Slot::new(11058).expect("a slot"));
-        let id = SessionId::random().expect("the OS random source");
+        let id = LogId::random().expect("the OS random source");
         let keys = Keys::of(&id);
         let slot = Slot::for_key(format!("{{{id}}}"));
-        for key in [
-            keys.meta,
-            keys.stream,
-            keys.sizes,
-            Keys::ticket(&id, "00ff"),
-        ] {
+        for key in [keys.meta, keys.stream, keys.sizes, Keys::token(&id, "00ff")] {
             assert_eq!(Slot::for_key(&key), slot, "{key}");
         }
     }
@@ -56,7 +51,7 @@ mod grouping {
 mod expiry {
     use super::super::{Keys, RedisHistory};
     use crate::test_support::{Persistence, RedisServer};
-    use crate::SessionId;
+    use crate::LogId;
     use crate::{History, HistoryConfig, Known};
     use bytes::Bytes;
     use std::time::{Duration, Instant};
@@ -85,8 +80,11 @@ mod expiry {
         })
         .await
         .expect("redis-server answers");
-        let id = SessionId::random().expect("the OS random source");
-        assert!(history.create(&id, 7, None).await.expect("created"));
+        let id = LogId::random().expect("the OS random source");
+        assert!(history
+            .create(&id, 7, &crate::Meta::new())
+            .await
+            .expect("created"));
         let mut probe = redis::Client::open(redis.url())
             .expect("a URL")
             .get_multiplexed_async_connection()
@@ -100,7 +98,12 @@ mod expiry {
                 published,
             };
             let (epoch, first) = history
-                .append(&id, known, &[Bytes::from_static(b"{}")])
+                .append(
+                    &id,
+                    known,
+                    &[Bytes::from_static(b"{}")],
+                    tokio::time::Instant::now() + Duration::from_secs(5),
+                )
                 .await
                 .expect("appended");
             assert_eq!((epoch, first), (7, published + 1));

@@ -1,0 +1,303 @@
+//! The [`History`] contract, run against both implementations: the
+//! in-memory fake and a real `redis-server`, with the same calls and the
+//! same expected answers, so the fake that unit tests of the crates over
+//! the history rely on follows the scripts' rules.
+
+use crate::memory::MemoryHistory;
+use crate::test_support::{Persistence, RedisServer};
+use crate::{
+    counter, Change, Follower, History, HistoryConfig, HistoryError, Known, LogId, Meta,
+    MetaUpdate, RedisHistory,
+};
+use bytes::Bytes;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Far beyond any call here: a deadline that only a hang reaches.
+const DEADLINE: Duration = Duration::from_secs(10);
+
+fn meta(pairs: &[(&str, &str)]) -> Meta {
+    pairs
+        .iter()
+        .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+        .collect()
+}
+
+fn payloads(range: std::ops::RangeInclusive<u32>) -> Vec<Bytes> {
+    range.map(|n| Bytes::from(format!("event {n}"))).collect()
+}
+
+async fn append<H: History>(
+    history: &H,
+    id: &LogId,
+    known: Known,
+    batch: &[Bytes],
+) -> Result<(u64, u64), HistoryError> {
+    history
+        .append(id, known, batch, Instant::now() + DEADLINE)
+        .await
+}
+
+/// Everything a caller of the history relies on, retention 4 events.
+async fn contract<H: History>(history: &H) {
+    let id = LogId::random().expect("the OS random source");
+    let other = LogId::random().expect("the OS random source");
+
+    // Create: once; the caller's meta comes back as given.
+    assert!(history
+        .create(&id, 7, &meta(&[("pk", "k1")]))
+        .await
+        .expect("create"));
+    assert!(!history
+        .create(&id, 9, &Meta::new())
+        .await
+        .expect("create again"));
+    let snapshot = history
+        .after(&id, 0, 1 << 20)
+        .await
+        .expect("read")
+        .expect("the log");
+    assert_eq!(
+        (snapshot.epoch, snapshot.published, snapshot.first_retained),
+        (7, 0, 1)
+    );
+    assert!(snapshot.events.is_empty());
+    assert_eq!(snapshot.meta, meta(&[("pk", "k1")]));
+    assert!(history
+        .after(&other, 0, 1 << 20)
+        .await
+        .expect("read")
+        .is_none());
+
+    // Follow, then append: the history assigns the seqs and announces
+    // the new last one.
+    let mut follower = history.follow(&id);
+    let known = Known {
+        epoch: 7,
+        published: 0,
+    };
+    assert_eq!(
+        append(history, &id, known, &payloads(1..=3))
+            .await
+            .expect("append"),
+        (7, 1)
+    );
+    // As a follower does: an announcement of seq 3, or a resync (some
+    // may have been missed: the subscription began after the append)
+    // followed by a read that finds it.
+    let heard = tokio::time::timeout(DEADLINE, async {
+        loop {
+            match follower.changed().await {
+                Some(Change::Published(last)) if last >= 3 => return true,
+                Some(Change::Resync { .. }) => {
+                    let read = history.after(&id, 2, 1 << 20).await.expect("read");
+                    if read.is_some_and(|snapshot| snapshot.published >= 3) {
+                        return true;
+                    }
+                }
+                Some(Change::Published(_)) => {}
+                None => return false,
+            }
+        }
+    })
+    .await
+    .expect("the append heard of within the deadline");
+    assert!(heard, "the follower ended before hearing of the append");
+    let known = Known {
+        epoch: 7,
+        published: 3,
+    };
+    assert_eq!(
+        append(history, &id, known, &payloads(4..=6))
+            .await
+            .expect("append"),
+        (7, 4)
+    );
+
+    // Retention 4: seqs 3..=6 are kept; a read after 0 starts at 3 (the
+    // caller sees the gap), one after 4 gets 5 and 6.
+    let snapshot = history
+        .after(&id, 0, 1 << 20)
+        .await
+        .expect("read")
+        .expect("the log");
+    assert_eq!((snapshot.published, snapshot.first_retained), (6, 3));
+    let seqs: Vec<u64> = snapshot.events.iter().map(|(seq, _)| *seq).collect();
+    assert_eq!(seqs, [3, 4, 5, 6]);
+    assert_eq!(snapshot.events[0].1, Bytes::from("event 3"));
+    assert!(matches!(
+        gapless::Coverage::of_retained(0, snapshot.first_retained, snapshot.published),
+        gapless::Coverage::Gap(gap) if gap.evicted == 2
+    ));
+    let page = history
+        .after(&id, 4, 1)
+        .await
+        .expect("read")
+        .expect("the log");
+    assert_eq!(
+        page.events,
+        [(5, Bytes::from("event 5"))],
+        "one event at least, paged by bytes"
+    );
+    let loaded = history.load(&id).await.expect("load").expect("the log");
+    assert_eq!(loaded.events.len(), 4);
+
+    // Meta: guards refuse without writing; counters increment and are
+    // raised, never lowered.
+    let bump = MetaUpdate {
+        increment: Some("epoch/attach".into()),
+        ..MetaUpdate::default()
+    };
+    let updated = history.update_meta(&id, &bump).await.expect("update");
+    assert!(updated.applied);
+    assert_eq!(updated.epoch, 7);
+    assert_eq!(
+        counter(&updated.meta, "epoch/attach").expect("a counter"),
+        1
+    );
+    let raise = |acked: u64, at_most: u64, epoch: u64| MetaUpdate {
+        epoch: Some(epoch),
+        at_most: Some(("epoch/attach".into(), at_most)),
+        increment: None,
+        raise: vec![("epoch/acked".into(), acked)],
+    };
+    let updated = history
+        .update_meta(&id, &raise(5, 1, 7))
+        .await
+        .expect("update");
+    assert!(updated.applied);
+    assert_eq!(counter(&updated.meta, "epoch/acked").expect("a counter"), 5);
+    let lowered = history
+        .update_meta(&id, &raise(2, 1, 7))
+        .await
+        .expect("update");
+    assert!(lowered.applied);
+    assert_eq!(
+        counter(&lowered.meta, "epoch/acked").expect("a counter"),
+        5,
+        "never lowered"
+    );
+    let superseded = history
+        .update_meta(&id, &raise(6, 0, 7))
+        .await
+        .expect("update");
+    assert!(!superseded.applied, "attach 1 is above 0: refused");
+    assert_eq!(
+        counter(&superseded.meta, "epoch/acked").expect("a counter"),
+        5
+    );
+    let other_epoch = history
+        .update_meta(&id, &raise(6, 1, 8))
+        .await
+        .expect("update");
+    assert!(!other_epoch.applied, "another epoch: refused");
+    assert_eq!(other_epoch.meta.get("pk").map(String::as_str), Some("k1"));
+    assert!(matches!(
+        history.update_meta(&other, &bump).await,
+        Err(HistoryError::Gone)
+    ));
+
+    // Tokens: taken once.
+    let ttl = Duration::from_secs(60);
+    history.put_token(&id, "t1", "7-3", ttl).await.expect("put");
+    assert!(history.has_token(&id, "t1").await.expect("has"));
+    assert!(!history.has_token(&id, "t2").await.expect("has"));
+    assert_eq!(
+        history
+            .take_token(&id, "t1")
+            .await
+            .expect("take")
+            .as_deref(),
+        Some("7-3")
+    );
+    assert_eq!(
+        history.take_token(&id, "t1").await.expect("take"),
+        None,
+        "used once"
+    );
+    assert!(!history.has_token(&id, "t1").await.expect("has"));
+
+    // A caller behind the ring (the history lost events it had seen)
+    // continues the log under a new epoch, from seq 1, its per-epoch meta
+    // cleared.
+    let ahead = Known {
+        epoch: 7,
+        published: 9,
+    };
+    let (epoch, first) = append(history, &id, ahead, &payloads(1..=1))
+        .await
+        .expect("append");
+    assert_ne!(epoch, 7);
+    assert_eq!(first, 1);
+    let snapshot = history
+        .after(&id, 0, 1 << 20)
+        .await
+        .expect("read")
+        .expect("the log");
+    assert_eq!(
+        (snapshot.epoch, snapshot.published, snapshot.first_retained),
+        (epoch, 1, 1)
+    );
+    assert_eq!(
+        snapshot.meta,
+        meta(&[("pk", "k1")]),
+        "per-epoch meta cleared, the rest kept"
+    );
+
+    // Complete keeps it readable; delete removes it.
+    assert!(history
+        .complete(&id, Duration::from_secs(60))
+        .await
+        .expect("complete"));
+    assert!(history
+        .after(&id, 0, 1 << 20)
+        .await
+        .expect("read")
+        .is_some());
+    assert!(history.delete(&id).await.expect("delete"));
+    assert!(!history.delete(&id).await.expect("delete again"));
+    assert!(history
+        .after(&id, 0, 1 << 20)
+        .await
+        .expect("read")
+        .is_none());
+    assert!(!history
+        .complete(&id, Duration::from_secs(1))
+        .await
+        .expect("complete"));
+    assert!(matches!(
+        append(
+            history,
+            &id,
+            Known {
+                epoch,
+                published: 1
+            },
+            &payloads(2..=2)
+        )
+        .await,
+        Err(HistoryError::Gone)
+    ));
+}
+
+#[tokio::test]
+async fn the_fake_keeps_the_contract() {
+    contract(&MemoryHistory::new(4, 1 << 20)).await;
+}
+
+#[tokio::test]
+async fn redis_keeps_the_contract() {
+    let redis = RedisServer::start(Persistence::None);
+    let history = RedisHistory::connect(HistoryConfig {
+        url: redis.url(),
+        cluster: false,
+        timeout: Duration::from_secs(5),
+        retention: 4,
+        retention_bytes: 1 << 20,
+        idle: Duration::from_secs(600),
+        ca_file: None,
+    })
+    .await
+    .expect("redis-server answers");
+    contract(&history).await;
+}
