@@ -15,11 +15,19 @@ Use it in a server::
 """
 
 from ._engine import Coverage, Event, Follower, Ring
-from .errors import AheadError, ConfigError, GapError, GaplessError, TooLargeError
-from .store import EVENTS_LOST, UNKNOWN_REQUEST_ID, GaplessEventStore, StreamLimits
+from .errors import AheadError, ConfigError, GapError, GaplessError, TooLargeError, UnknownSessionError
+from .store import (
+    EVENTS_LOST,
+    TESTED_MCP_VERSIONS,
+    UNKNOWN_REQUEST_ID,
+    GaplessEventStore,
+    GaplessSessionStore,
+    StreamLimits,
+)
 
 __all__ = [
     "EVENTS_LOST",
+    "TESTED_MCP_VERSIONS",
     "UNKNOWN_REQUEST_ID",
     "AheadError",
     "ConfigError",
@@ -29,7 +37,9 @@ __all__ = [
     "GapError",
     "GaplessError",
     "GaplessEventStore",
+    "GaplessSessionStore",
     "Ring",
     "StreamLimits",
     "TooLargeError",
+    "UnknownSessionError",
 ]

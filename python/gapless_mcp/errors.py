@@ -11,6 +11,13 @@ class ConfigError(GaplessError, ValueError):
     """A ring's sizes (or epoch) are outside what gapless accepts."""
 
 
+class UnknownSessionError(GaplessError, RuntimeError):
+    """``GaplessEventStore.store_event`` found no MCP SDK transport calling
+    it, so it cannot tell which session the stream is of: it stored nothing
+    rather than let two sessions that reuse a request id share a stream.
+    The message names the installed ``mcp`` version and the tested ones."""
+
+
 class TooLargeError(GaplessError, ValueError):
     """A payload larger than the ring holds: nothing was emitted.
 

@@ -15,10 +15,17 @@ incarnation is *foreign*, never read as a position. The grammar is the one
 ``gapless-rmcp`` uses.
 
 The SDK names a request's stream by the request's id, which every session
-reuses, and one store serves every session: the store tells sessions apart
-by the transport that stores (see ``GaplessEventStore._session``), and a
-request id stored to after its response starts a stream of its own. A
-replay needs neither: its cursor's key names the stream.
+reuses, so a store must tell sessions apart: two sessions' streams never
+share a ring. A :class:`GaplessSessionStore` (``store.for_session()``), one
+per transport, names its session explicitly. The SDK's session manager
+gives every transport the one store it was given, so
+:class:`GaplessEventStore` itself finds the storing transport on the call
+stack (the SDK's transport calls ``store_event`` from its own methods); when
+it finds none (a call from elsewhere, or an SDK version that stores from
+somewhere else) it raises :class:`~gapless_mcp.errors.UnknownSessionError`
+and stores nothing: it FAILS CLOSED, never keying a stream by its id alone.
+A request id stored to after its response starts a stream of its own. A
+replay needs none of this: its cursor's key names the stream.
 
 Streams are freed on their own (:class:`StreamLimits`: 10,000 at most, 10
 minutes idle, 60 s after a request's response); a resume with an id of a
@@ -33,6 +40,7 @@ import secrets
 import sys
 import time
 import weakref
+from importlib import metadata
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -56,7 +64,7 @@ from mcp_types import (
 )
 
 from ._engine import Ring
-from .errors import AheadError, GapError, TooLargeError
+from .errors import AheadError, GapError, TooLargeError, UnknownSessionError
 
 EVENTS_LOST = -32010
 """The JSON-RPC error code of every signal: a server-defined code that
@@ -71,6 +79,18 @@ error arriving on a request's stream that request's id."""
 MALFORMED_ECHO = "gapless-malformed-cursor"
 """The SSE id of a signal answering a cursor too long or not printable to
 echo."""
+
+TESTED_MCP_VERSIONS = ("2.3.0",)
+"""The versions of the official MCP Python SDK (``mcp``) whose transports
+:class:`GaplessEventStore` is tested to find on the call stack (the pinned
+one and the newest release when this was written). With another version the
+store works if it finds the transport, and refuses to store if not."""
+
+# Frames above `store_event`'s caller searched for the storing transport:
+# the caller itself (`message_router`, `_mint_priming_event` in mcp 2.3.0),
+# and a few more for a wrapper between (an EventStore delegating to this
+# one, a subclass calling `super().store_event`).
+_TRANSPORT_SEARCH_FRAMES = 4
 
 STANDALONE_STREAM = "_GET_stream"
 """The SDK's id of a session's standalone (GET) stream, which has no
@@ -130,7 +150,7 @@ class StreamLimits:
 class _Stream:
     key: str
     stream_id: str
-    # Where the store finds it by the SDK's names: (transport number,
+    # Where the store finds it by the SDK's names: (session number,
     # stream id).
     slot: tuple[int, str]
     ring: Ring
@@ -201,6 +221,12 @@ class GaplessEventStore(EventStore):
     """The SDK's ``EventStore`` on gapless: one ring per stream, replays
     that are exact or say why not.
 
+    Pass it to the SDK's server (``streamable_http_app(event_store=...)``):
+    it tells sessions apart by the SDK transport storing, found on the call
+    stack, and raises :class:`~gapless_mcp.errors.UnknownSessionError`
+    (storing nothing) when there is none. Where the application creates
+    the transports itself, give each its own :meth:`for_session` instead.
+
     Args:
         ring_events, ring_bytes: the ring of each request stream (a call's
             progress and result).
@@ -228,13 +254,28 @@ class GaplessEventStore(EventStore):
         self.limits = limits or StreamLimits()
         self._clock = clock
         self._last_sweep = clock()
-        # (the storing transport's number, the SDK's stream id) -> the stream,
+        # (the storing session's number, the SDK's stream id) -> the stream,
         # and the stream key -> the stream.
         self._by_stream: dict[tuple[int, str], _Stream] = {}
         self._by_key: dict[str, _Stream] = {}
-        # A number per transport that stored here (see `_session`).
+        # A number per transport that stored here (see `_calling_transport`);
+        # a GaplessSessionStore has its own.
         self._sessions: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
         self._next_session = 1
+
+    def for_session(self, name: str | None = None) -> GaplessSessionStore:
+        """An ``EventStore`` for one session (one SDK transport) on this
+        store's rings and limits: what it stores is keyed by this session,
+        explicitly (no call-stack search), so two sessions reusing a request
+        id never share a stream. ``name`` (the session id, say) is for its
+        ``repr`` only.
+
+        Give one to each ``StreamableHTTPServerTransport`` the application
+        creates: ``StreamableHTTPServerTransport(mcp_session_id=sid,
+        event_store=store.for_session(sid), ...)``."""
+        number = self._next_session
+        self._next_session += 1
+        return GaplessSessionStore(self, number, name)
 
     # ------------------------------------------------------------ streams
 
@@ -243,22 +284,29 @@ class GaplessEventStore(EventStore):
         """How many streams hold a ring."""
         return len(self._by_key)
 
-    def ring(self, stream_id: StreamId, session: object | None = None) -> Ring | None:
-        """The ring of the SDK's stream ``stream_id`` (of the transport
-        ``session``; ``None``: stored without one), if it has one."""
+    def ring(self, stream_id: StreamId, session: object) -> Ring | None:
+        """The ring of the SDK's stream ``stream_id`` of ``session`` (the
+        SDK transport that stored it, or a :class:`GaplessSessionStore` of
+        this store), if it has one."""
         stream = self._by_stream.get((self._number(session), stream_id))
         return stream.ring if stream else None
 
-    def remove_stream(self, stream_id: StreamId, session: object | None = None) -> bool:
-        """Frees the ring of ``stream_id`` (of the transport ``session``) at
-        once: replays following it end after what they have, and a resume
-        with one of its ids is foreign."""
+    def remove_stream(self, stream_id: StreamId, session: object) -> bool:
+        """Frees the ring of ``stream_id`` of ``session`` (as in
+        :meth:`ring`) at once: replays following it end after what they
+        have, and a resume with one of its ids is foreign."""
         stream = self._by_stream.get((self._number(session), stream_id))
         return stream is not None and self._free(stream)
 
-    def _number(self, session: object | None) -> int:
-        if session is None:
-            return 0
+    def _number(self, session: object) -> int:
+        if isinstance(session, GaplessSessionStore):
+            if session.store is not self:
+                raise ValueError(f"{session!r} is a session of another GaplessEventStore")
+            return session.number
+        if not isinstance(session, StreamableHTTPServerTransport):
+            raise TypeError(
+                f"a session is an SDK StreamableHTTPServerTransport or a GaplessSessionStore, not {type(session).__name__}"
+            )
         number = self._sessions.get(session)
         if number is None:
             number = self._next_session
@@ -267,21 +315,28 @@ class GaplessEventStore(EventStore):
         return number
 
     @staticmethod
-    def _session() -> object | None:
-        """The SDK transport whose method is storing now, if any.
+    def _calling_transport() -> StreamableHTTPServerTransport | None:
+        """The SDK transport whose method is calling ``store_event`` now,
+        if any: the ``self`` of the caller's frame (``message_router`` or
+        ``_mint_priming_event`` in mcp 2.3.0) or of one of the few frames
+        above it (see ``_TRANSPORT_SEARCH_FRAMES``).
 
         The SDK names a request's stream by the request's id, which every
         session reuses, and every session's standalone stream
-        ``_GET_stream``; one store serves every session's transport. The
-        transport calling ``store_event`` (its ``self``, on the calling
-        frame: ``message_router`` or ``_mint_priming_event`` in mcp 2.3.0)
-        tells the sessions apart, so two sessions' streams never share a
-        ring. A call from anything else (a test, another integration)
-        names streams by their id alone.
+        ``_GET_stream``, and its session manager gives one store to every
+        session's transport: the transport storing is what tells the
+        sessions apart. ``None`` (nothing found) makes ``store_event``
+        refuse, never share.
         """
-        frame = sys._getframe(2)
-        caller = frame.f_locals.get("self") if frame is not None else None
-        return caller if isinstance(caller, StreamableHTTPServerTransport) else None
+        frame = sys._getframe(2)  # store_event's caller
+        for _ in range(_TRANSPORT_SEARCH_FRAMES):
+            if frame is None:
+                return None
+            caller = frame.f_locals.get("self")
+            if isinstance(caller, StreamableHTTPServerTransport):
+                return caller
+            frame = frame.f_back
+        return None
 
     def sweep(self, now: float | None = None) -> int:
         """Frees every stream the limits say is due at ``now`` (default: the
@@ -325,8 +380,8 @@ class GaplessEventStore(EventStore):
         for stream in order[:count]:
             self._free(stream)
 
-    def _stream(self, stream_id: str, session: object | None, now: float) -> _Stream:
-        slot = (self._number(session), stream_id)
+    def _stream(self, stream_id: str, number: int, now: float) -> _Stream:
+        slot = (number, stream_id)
         stream = self._by_stream.get(slot)
         if stream is not None and stream.terminal_seq is None:
             return stream
@@ -351,12 +406,26 @@ class GaplessEventStore(EventStore):
     # ------------------------------------------------------------ storing
 
     async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
-        """Stores one event of ``stream_id`` and returns its id. A message
-        larger than the ring takes is stored as a placeholder that a replay
-        reports as lost (the live send still carries the message)."""
+        """Stores one event of ``stream_id`` of the SDK transport calling
+        and returns its id. A message larger than the ring takes is stored
+        as a placeholder that a replay reports as lost (the live send still
+        carries the message).
+
+        Raises:
+            UnknownSessionError: no SDK transport is calling (nothing is
+                stored: see :meth:`for_session`).
+        """
+        transport = self._calling_transport()
+        if transport is None:
+            raise UnknownSessionError(_unknown_session(stream_id))
+        return self._store(stream_id, message, self._number(transport))
+
+    def _store(self, stream_id: str, message: JSONRPCMessage | None, number: int) -> EventId:
+        """Stores one event of the stream ``stream_id`` of the session
+        ``number``."""
         now = self._clock()
         self._maybe_sweep(now)
-        stream = self._stream(stream_id, self._session(), now)
+        stream = self._stream(stream_id, number, now)
         stream.touched = now
         if message is None:
             payload = _PRIMING
@@ -529,6 +598,58 @@ class GaplessEventStore(EventStore):
         )
         await send_callback(EventMessage(log, sse_id))
         await send_callback(EventMessage(error, sse_id))
+
+
+class GaplessSessionStore(EventStore):
+    """The ``EventStore`` of one session on a :class:`GaplessEventStore`
+    (made by :meth:`GaplessEventStore.for_session`): its streams are its
+    own, whatever their ids, on the shared store's rings and limits."""
+
+    def __init__(self, store: GaplessEventStore, number: int, name: str | None = None) -> None:
+        self.store = store
+        self.number = number
+        self.name = name
+
+    def __repr__(self) -> str:
+        name = f" {self.name!r}" if self.name is not None else ""
+        return f"<GaplessSessionStore #{self.number}{name}>"
+
+    async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
+        """Stores one event of this session's stream ``stream_id`` (as
+        :meth:`GaplessEventStore.store_event`, without looking for the
+        transport)."""
+        return self.store._store(stream_id, message, self.number)
+
+    async def replay_events_after(self, last_event_id: EventId, send_callback: EventCallback) -> StreamId | None:
+        """As :meth:`GaplessEventStore.replay_events_after`."""
+        return await self.store.replay_events_after(last_event_id, send_callback)
+
+    def ring(self, stream_id: StreamId) -> Ring | None:
+        """The ring of this session's stream ``stream_id``, if it has one."""
+        return self.store.ring(stream_id, self)
+
+    def remove_stream(self, stream_id: StreamId) -> bool:
+        """Frees this session's stream ``stream_id`` at once (as
+        :meth:`GaplessEventStore.remove_stream`)."""
+        return self.store.remove_stream(stream_id, self)
+
+
+def _mcp_version() -> str:
+    try:
+        return metadata.version("mcp")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _unknown_session(stream_id: str) -> str:
+    return (
+        f"GaplessEventStore.store_event({stream_id!r}) was not called by an MCP SDK "
+        f"StreamableHTTPServerTransport (mcp {_mcp_version()} is installed; gapless_mcp finds the "
+        f"storing transport as mcp {', '.join(TESTED_MCP_VERSIONS)} calls the store). Nothing was "
+        "stored: the SDK names a request's stream by the request's id, which every session reuses, "
+        "so storing without the session could serve one client another's events. Give each transport "
+        "its own store with GaplessEventStore.for_session(), or use a tested mcp version."
+    )
 
 
 def _echo(cursor: str) -> str:
