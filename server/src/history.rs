@@ -4,6 +4,6 @@
 #[cfg(test)]
 pub(crate) use gapless_history::memory;
 pub use gapless_history::{
-    notify, Attach, History, HistoryConfig, HistoryError, Known, Raised, RedisHistory, Snapshot,
-    READ_BYTES,
+    counter, Change, Follower, History, HistoryConfig, HistoryError, Known, LogId, Meta,
+    MetaUpdate, RedisHistory, Snapshot, PER_EPOCH, READ_BYTES,
 };

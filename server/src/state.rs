@@ -5,11 +5,11 @@ use crate::admission::{Bounded, PerClient};
 use crate::client_addr::ClientKey;
 use crate::config::{InvalidConfig, ServerConfig};
 use crate::entry::{Admission, Entry};
-use crate::history::{Attach, HistoryError, Raised, RedisHistory, Snapshot};
+use crate::history::{HistoryError, RedisHistory};
 use crate::ids::{PublishKey, SessionId};
 use crate::metrics::{HistoryFailure, Limit, Metrics, RingTotals};
 use crate::replica::ReplicaError;
-use crate::session_history::{Local, Replicated, SessionHistory};
+use crate::session_history::{Attach, Loaded, Local, Raised, Replicated, SessionHistory};
 use gapless::session::{SessionOptions, Transport};
 use gapless::{Config, ConfigError, Store, Writer};
 use std::collections::HashMap;
@@ -161,8 +161,16 @@ impl Shared {
             let (entry, created) = self
                 .sessions
                 .get_or_try_insert_with(id, || {
-                    Writer::try_new(ring_config)
-                        .map(|writer| Entry::new(id, writer, options, publish_key, self.now_ms()))
+                    Writer::try_new(ring_config).map(|writer| {
+                        Entry::new(
+                            id,
+                            writer,
+                            options,
+                            publish_key,
+                            self.now_ms(),
+                            self.lifecycle.tasks.clone(),
+                        )
+                    })
                 })
                 .map_err(CreateError::Ring)?;
             // A 128-bit collision with a live session: draw again.
@@ -258,8 +266,8 @@ impl Shared {
         if let Some(entry) = self.sessions.get(id) {
             return Ok(Some(entry));
         }
-        let snapshot = match self.history.load(id).await {
-            Ok(Some(snapshot)) => snapshot,
+        let loaded = match self.history.load(id).await {
+            Ok(Some(loaded)) => loaded,
             Ok(None) => return Ok(None),
             Err(error) => return Err(self.history_failed(error)),
         };
@@ -272,7 +280,7 @@ impl Shared {
         })?;
         let (entry, created) = self
             .sessions
-            .get_or_try_insert_with(*id, || self.restore(*id, &snapshot))
+            .get_or_try_insert_with(*id, || self.restore(*id, &loaded))
             .map_err(LoadError::Restore)?;
         // Otherwise another request loaded it first, and holds its own.
         if created {
@@ -284,7 +292,8 @@ impl Shared {
 
     /// An entry for session `id` from the history's snapshot (newest events
     /// in seq order, dense, ending at `published`).
-    fn restore(&self, id: SessionId, snapshot: &Snapshot) -> Result<Entry, String> {
+    fn restore(&self, id: SessionId, loaded: &Loaded) -> Result<Entry, String> {
+        let snapshot = &loaded.snapshot;
         let epoch = std::num::NonZeroU64::new(snapshot.epoch).ok_or("epoch 0 in the history")?;
         let base = snapshot
             .events
@@ -313,10 +322,11 @@ impl Shared {
             id,
             writer,
             self.session_options(),
-            snapshot.publish_key,
+            loaded.publish_key,
             self.now_ms(),
+            self.lifecycle.tasks.clone(),
         );
-        entry.session.raise_cursors(snapshot.acked, snapshot.sent);
+        entry.session.raise_cursors(loaded.acked, loaded.sent);
         Ok(entry)
     }
 
@@ -431,7 +441,7 @@ impl Shared {
         let state = entry.session.state();
         let sent = sent.map_or(state.sent, |s| state.sent.max(s.min(state.published)));
         self.history
-            .raise_cursors(&entry.id, state.acked, sent, attach)
+            .raise_cursors(&entry.id, entry.session.epoch(), state.acked, sent, attach)
             .await
             .map_err(|error| self.history_failed(error))
     }

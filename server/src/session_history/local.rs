@@ -1,8 +1,9 @@
 //! No shared history: the ring is the session's whole history.
 
+use super::{Attach, Loaded, Raised};
 use super::{Completed, EmitFailure, OnStale, Pending, SessionHistory};
 use crate::entry::Entry;
-use crate::history::{Attach, HistoryError, Raised, Snapshot};
+use crate::history::HistoryError;
 use crate::ids::{PublishKey, SessionId};
 use crate::replica::ReplicaError;
 use bytes::Bytes;
@@ -29,10 +30,7 @@ impl SessionHistory for Local {
         ready(Ok(true))
     }
 
-    fn load<'a>(
-        &'a self,
-        _id: &'a SessionId,
-    ) -> Pending<'a, Result<Option<Snapshot>, HistoryError>> {
+    fn load<'a>(&'a self, _id: &'a SessionId) -> Pending<'a, Result<Option<Loaded>, HistoryError>> {
         ready(Ok(None))
     }
 
@@ -57,6 +55,7 @@ impl SessionHistory for Local {
     fn raise_cursors<'a>(
         &'a self,
         _id: &'a SessionId,
+        _epoch: u64,
         _acked: u64,
         _sent: u64,
         _attach: Attach,

@@ -21,7 +21,7 @@ pub(crate) use local::Local;
 pub(crate) use replicated::Replicated;
 
 use crate::entry::Entry;
-use crate::history::{Attach, HistoryError, Raised, Snapshot};
+use crate::history::{HistoryError, Snapshot};
 use crate::ids::{PublishKey, SessionId};
 use crate::replica::ReplicaError;
 use bytes::Bytes;
@@ -54,10 +54,9 @@ pub(crate) trait SessionHistory: Send + Sync + 'static {
         publish_key: Option<PublishKey>,
     ) -> Pending<'a, Result<bool, HistoryError>>;
 
-    /// Session `id`, which this instance does not hold: its meta and newest
-    /// retained events; `None`: no such session.
-    fn load<'a>(&'a self, id: &'a SessionId)
-        -> Pending<'a, Result<Option<Snapshot>, HistoryError>>;
+    /// Session `id`, which this instance does not hold: its newest
+    /// retained events, cursors and publish key; `None`: no such session.
+    fn load<'a>(&'a self, id: &'a SessionId) -> Pending<'a, Result<Option<Loaded>, HistoryError>>;
 
     /// Gives `payload` the session's next seq, durably in the history, and
     /// writes it into the entry's ring (at once, or by the next catch-up);
@@ -78,10 +77,13 @@ pub(crate) trait SessionHistory: Send + Sync + 'static {
     ) -> Pending<'a, Result<Option<(u64, u64)>, ReplicaError>>;
 
     /// Raises the session's cursors in the history (`None` when there is
-    /// nothing beyond the ring to raise).
+    /// nothing beyond the ring to raise), for a copy of the session under
+    /// `epoch`: refused, nothing raised, if the history continues it under
+    /// another (that copy is stale).
     fn raise_cursors<'a>(
         &'a self,
         id: &'a SessionId,
+        epoch: u64,
         acked: u64,
         sent: u64,
         attach: Attach,
@@ -124,6 +126,43 @@ pub(crate) trait SessionHistory: Send + Sync + 'static {
 
     /// Emits waiting for the history on this instance.
     fn emits_waiting(&self) -> u64;
+}
+
+/// A session as the shared history holds it ([`SessionHistory::load`]).
+#[derive(Debug)]
+pub(crate) struct Loaded {
+    /// Its epoch, published seq and newest retained events.
+    pub(crate) snapshot: Snapshot,
+    /// The highest cursor the client acknowledged, on any instance.
+    pub(crate) acked: u64,
+    /// The highest seq handed to a transport, on any instance.
+    pub(crate) sent: u64,
+    /// With `--publish-keys`: the session's publish key.
+    pub(crate) publish_key: Option<PublishKey>,
+}
+
+/// Which transport a cursor update is for. Every attach of a transport
+/// (an SSE connect, a WebSocket handshake), on any instance, raises the
+/// session's attach generation in the history: a stream whose generation
+/// is older has been superseded, wherever the newer transport is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Attach {
+    /// No transport (an ack, an upgrade, a refusal's accounting).
+    None,
+    /// A transport attaches now: the generation goes up.
+    New,
+    /// The transport attached at this generation: refused, and nothing
+    /// raised, if another attached since.
+    Current(u64),
+}
+
+/// What a cursor update did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Raised {
+    /// `false`: the caller's transport was superseded; nothing raised.
+    pub(crate) raised: bool,
+    /// The session's attach generation now.
+    pub(crate) generation: u64,
 }
 
 /// Why an emit was not accepted (nothing was acknowledged).

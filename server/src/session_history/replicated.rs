@@ -1,11 +1,14 @@
-//! `--redis`: the shared history in Redis is each session's record and
-//! sequencer; the ring on this instance mirrors it.
+//! `--redis`: the shared history is each session's record and sequencer;
+//! the ring on this instance mirrors it.
+//!
+//! The session's semantics over the history's neutral log live here: its
+//! cursors, attach generation and publish key are fields of the log's
+//! [`Meta`] ([`fields`]), and an upgrade ticket is a token of the log.
 
-use super::{Completed, EmitFailure, OnStale, Pending, SessionHistory};
+use super::{Attach, Completed, EmitFailure, Loaded, OnStale, Pending, Raised, SessionHistory};
 use crate::entry::Entry;
-use crate::history::notify::Notifier;
-use crate::history::{Attach, History, HistoryError, Raised, RedisHistory, Snapshot};
-use crate::ids::{PublishKey, SessionId};
+use crate::history::{counter, History, HistoryError, Meta, MetaUpdate, PER_EPOCH};
+use crate::ids::{log_of, PublishKey, SessionId};
 use crate::replica::ReplicaError;
 use bytes::Bytes;
 use gapless::session::{Refusal, Ticket};
@@ -14,14 +17,29 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 
+/// The names of a session's fields in its log's [`Meta`].
+pub(crate) mod fields {
+    /// The highest cursor the client acknowledged, on any instance (of
+    /// the current epoch).
+    pub(crate) const ACKED: &str = "epoch/acked";
+    /// The highest seq handed to a transport, on any instance (of the
+    /// current epoch).
+    pub(crate) const SENT: &str = "epoch/sent";
+    /// The attach generation: raised by every transport's attach.
+    pub(crate) const ATTACH: &str = "epoch/attach";
+    /// With `--publish-keys`: the session's publish key (kept across
+    /// epochs).
+    pub(crate) const PUBLISH_KEY: &str = "pk";
+}
+
+// The cursors and the generation belong to one epoch: cleared with it.
+const _: () = assert!(fields::ACKED.len() > PER_EPOCH.len());
+
 /// The history every instance shares, with this instance's bound on the
-/// emits waiting for it and its one notification connection.
-pub(crate) struct Replicated {
-    /// The Redis every instance appends to and reads from.
-    history: Arc<RedisHistory>,
-    /// The one connection that hears of every append, for the sessions
-    /// followed here.
-    notifier: Arc<Notifier>,
+/// emits waiting for it.
+pub(crate) struct Replicated<H: History> {
+    /// The history every instance appends to and reads from.
+    history: Arc<H>,
     /// Emits waiting for the history on this instance: `max_queued` permits
     /// in all (beyond them: [`EmitFailure::Busy`] at once).
     emit_slots: Arc<Semaphore>,
@@ -29,35 +47,68 @@ pub(crate) struct Replicated {
     max_queued: usize,
 }
 
-impl Replicated {
+impl<H: History> Replicated<H> {
     /// The shared `history`, with at most `max_queued` emits waiting for it
     /// at once on this instance.
-    pub(crate) fn new(history: Arc<RedisHistory>, max_queued: usize) -> Self {
-        let notifier = Notifier::start(history.client(), History::config(history.as_ref()).timeout);
+    pub(crate) fn new(history: Arc<H>, max_queued: usize) -> Self {
         Self {
             history,
-            notifier,
             emit_slots: Arc::new(Semaphore::new(max_queued)),
             max_queued,
         }
     }
 }
 
-impl SessionHistory for Replicated {
+/// The session's publish key in its log's meta.
+fn publish_key(meta: &Meta) -> Result<Option<PublishKey>, HistoryError> {
+    meta.get(fields::PUBLISH_KEY)
+        .map(|key| {
+            key.parse()
+                .map_err(|_| HistoryError::Corrupt("publish key".into()))
+        })
+        .transpose()
+}
+
+/// The session's cursors (`acked`, `sent`) in its log's meta.
+pub(crate) fn cursors(meta: &Meta) -> Result<(u64, u64), HistoryError> {
+    Ok((counter(meta, fields::ACKED)?, counter(meta, fields::SENT)?))
+}
+
+/// The token name of upgrade `ticket`.
+fn ticket_token(ticket: &Ticket) -> String {
+    format!("ticket:{ticket}")
+}
+
+impl<H: History> SessionHistory for Replicated<H> {
     fn create<'a>(
         &'a self,
         id: &'a SessionId,
         epoch: u64,
         publish_key: Option<PublishKey>,
     ) -> Pending<'a, Result<bool, HistoryError>> {
-        Box::pin(self.history.create(id, epoch, publish_key))
+        Box::pin(async move {
+            let mut meta = Meta::new();
+            if let Some(key) = publish_key {
+                meta.insert(fields::PUBLISH_KEY.to_owned(), key.to_string());
+            }
+            self.history.create(&log_of(id), epoch, &meta).await
+        })
     }
 
-    fn load<'a>(
-        &'a self,
-        id: &'a SessionId,
-    ) -> Pending<'a, Result<Option<Snapshot>, HistoryError>> {
-        Box::pin(self.history.load(id))
+    fn load<'a>(&'a self, id: &'a SessionId) -> Pending<'a, Result<Option<Loaded>, HistoryError>> {
+        Box::pin(async move {
+            let Some(snapshot) = self.history.load(&log_of(id)).await? else {
+                return Ok(None);
+            };
+            let (acked, sent) = cursors(&snapshot.meta)?;
+            let publish_key = publish_key(&snapshot.meta)?;
+            Ok(Some(Loaded {
+                snapshot,
+                acked,
+                sent,
+                publish_key,
+            }))
+        })
     }
 
     fn emit<'a>(
@@ -77,8 +128,7 @@ impl SessionHistory for Replicated {
             let Ok(slot) = Arc::clone(&self.emit_slots).try_acquire_owned() else {
                 return Err(EmitFailure::Busy);
             };
-            let deadline =
-                tokio::time::Instant::now() + History::config(self.history.as_ref()).timeout;
+            let deadline = tokio::time::Instant::now() + self.history.config().timeout;
             entry
                 .committer()
                 .emit(&self.history, payload, deadline, Some(slot))
@@ -91,26 +141,43 @@ impl SessionHistory for Replicated {
         &'a self,
         entry: &'a Entry,
     ) -> Pending<'a, Result<Option<(u64, u64)>, ReplicaError>> {
-        Box::pin(async move { entry.mirror.refresh(self.history.as_ref()).await.map(Some) })
+        Box::pin(async move {
+            let meta = entry.mirror.refresh(self.history.as_ref()).await?;
+            Ok(Some(cursors(&meta)?))
+        })
     }
 
     fn raise_cursors<'a>(
         &'a self,
         id: &'a SessionId,
+        epoch: u64,
         acked: u64,
         sent: u64,
         attach: Attach,
     ) -> Pending<'a, Result<Option<Raised>, HistoryError>> {
         Box::pin(async move {
-            self.history
-                .raise_cursors(id, acked, sent, attach)
-                .await
-                .map(Some)
+            let update = MetaUpdate {
+                epoch: Some(epoch),
+                at_most: match attach {
+                    Attach::Current(generation) => Some((fields::ATTACH.to_owned(), generation)),
+                    Attach::None | Attach::New => None,
+                },
+                increment: (attach == Attach::New).then(|| fields::ATTACH.to_owned()),
+                raise: vec![
+                    (fields::ACKED.to_owned(), acked),
+                    (fields::SENT.to_owned(), sent),
+                ],
+            };
+            let updated = self.history.update_meta(&log_of(id), &update).await?;
+            Ok(Some(Raised {
+                raised: updated.applied,
+                generation: counter(&updated.meta, fields::ATTACH)?,
+            }))
         })
     }
 
     fn follow(&self, entry: &Entry, on_stale: OnStale) {
-        let announced = self.notifier.follow(entry.id);
+        let announced = self.history.follow(&log_of(&entry.id));
         entry.mirror.follow(&self.history, announced, on_stale);
     }
 
@@ -127,7 +194,7 @@ impl SessionHistory for Replicated {
             // no longer blocks a new one here.
             if !self
                 .history
-                .ticket_exists(&entry.id, &pending.to_string())
+                .has_token(&log_of(&entry.id), &ticket_token(&pending))
                 .await?
             {
                 entry.session.cancel_upgrade(&pending);
@@ -145,7 +212,7 @@ impl SessionHistory for Replicated {
     ) -> Pending<'a, Result<(), HistoryError>> {
         Box::pin(async move {
             self.history
-                .ticket_put(id, &ticket.to_string(), cursor, ttl)
+                .put_token(&log_of(id), &ticket_token(ticket), &cursor.to_string(), ttl)
                 .await
         })
     }
@@ -161,33 +228,184 @@ impl SessionHistory for Replicated {
             // reaches first; one granted elsewhere is granted here for the
             // same cursor, then completed.
             let session = &entry.session;
-            Ok(
-                match self
-                    .history
-                    .ticket_take(&entry.id, &ticket.to_string())
-                    .await?
-                {
-                    None => {
-                        session.cancel_upgrade(ticket);
-                        Err(Refusal::BadTicket)
-                    }
-                    // The cursor keeps its epoch: one of an epoch the
-                    // session has left (Redis lost events since the grant)
-                    // is `foreign_epoch`.
-                    Some(cursor) if session.pending_upgrade(now) != Some(*ticket) => session
-                        .begin_upgrade(cursor, *ticket, now)
-                        .and_then(|_| session.complete_upgrade(ticket, now)),
-                    Some(_) => session.complete_upgrade(ticket, now),
-                },
-            )
+            let taken = self
+                .history
+                .take_token(&log_of(&entry.id), &ticket_token(ticket))
+                .await?;
+            let cursor = taken
+                .map(|text| {
+                    text.parse::<EventId>()
+                        .map_err(|_| HistoryError::Corrupt(format!("ticket cursor {text:?}")))
+                })
+                .transpose()?;
+            Ok(match cursor {
+                None => {
+                    session.cancel_upgrade(ticket);
+                    Err(Refusal::BadTicket)
+                }
+                // The cursor keeps its epoch: one of an epoch the session
+                // has left (Redis lost events since the grant) is
+                // `foreign_epoch`.
+                Some(cursor) if session.pending_upgrade(now) != Some(*ticket) => session
+                    .begin_upgrade(cursor, *ticket, now)
+                    .and_then(|_| session.complete_upgrade(ticket, now)),
+                Some(_) => session.complete_upgrade(ticket, now),
+            })
         })
     }
 
     fn delete<'a>(&'a self, id: &'a SessionId) -> Pending<'a, Result<bool, HistoryError>> {
-        Box::pin(self.history.delete(id))
+        Box::pin(async move { self.history.delete(&log_of(id)).await })
     }
 
     fn emits_waiting(&self) -> u64 {
         (self.max_queued - self.emit_slots.available_permits()) as u64
+    }
+}
+
+/// The session's semantics over the history, against the in-memory fake
+/// (the same contract as Redis: `gapless-history`'s contract tests).
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::memory::MemoryHistory;
+    use crate::history::Known;
+
+    fn replicated() -> (Arc<MemoryHistory>, Replicated<MemoryHistory>) {
+        let history = Arc::new(MemoryHistory::new(100, 1 << 20));
+        (Arc::clone(&history), Replicated::new(history, 8))
+    }
+
+    fn session() -> SessionId {
+        SessionId::random().expect("the OS random source")
+    }
+
+    #[tokio::test]
+    async fn a_created_session_loads_with_its_publish_key_and_cursors() {
+        let (_history, replicated) = replicated();
+        let (id, key) = (session(), PublishKey::random().expect("random"));
+        assert!(replicated.create(&id, 5, Some(key)).await.expect("create"));
+        assert!(!replicated.create(&id, 5, None).await.expect("taken"));
+        let raised = replicated
+            .raise_cursors(&id, 5, 3, 4, Attach::None)
+            .await
+            .expect("raise")
+            .expect("a history");
+        assert!(raised.raised);
+        let loaded = replicated
+            .load(&id)
+            .await
+            .expect("load")
+            .expect("the session");
+        assert_eq!(loaded.publish_key, Some(key));
+        assert_eq!((loaded.acked, loaded.sent), (3, 4));
+        assert_eq!(loaded.snapshot.epoch, 5);
+        assert!(replicated.load(&session()).await.expect("load").is_none());
+        assert!(replicated.delete(&id).await.expect("delete"));
+        assert!(replicated.load(&id).await.expect("load").is_none());
+    }
+
+    /// A transport attached at an older generation, or holding a copy of
+    /// an epoch the session has left, raises nothing.
+    #[tokio::test]
+    async fn a_superseded_transport_or_an_old_epoch_raises_nothing() {
+        let (history, replicated) = replicated();
+        let id = session();
+        assert!(replicated.create(&id, 5, None).await.expect("create"));
+        let raise = |epoch, sent, attach| replicated.raise_cursors(&id, epoch, 0, sent, attach);
+        let first = raise(5, 0, Attach::New)
+            .await
+            .expect("raise")
+            .expect("a history");
+        assert_eq!(
+            first,
+            Raised {
+                raised: true,
+                generation: 1
+            }
+        );
+        let second = raise(5, 0, Attach::New)
+            .await
+            .expect("raise")
+            .expect("a history");
+        assert_eq!(second.generation, 2);
+        let old = raise(5, 9, Attach::Current(1))
+            .await
+            .expect("raise")
+            .expect("a history");
+        assert_eq!(
+            old,
+            Raised {
+                raised: false,
+                generation: 2
+            }
+        );
+        let current = raise(5, 2, Attach::Current(2))
+            .await
+            .expect("raise")
+            .expect("a history");
+        assert!(current.raised);
+        // The history continues the session under a new epoch (it lost
+        // events the caller's ring had seen): the cursors and the
+        // generation of epoch 5 are gone, and a copy of epoch 5 raises
+        // nothing.
+        let behind = Known {
+            epoch: 5,
+            published: 7,
+        };
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        let (epoch, _) = history
+            .append(&log_of(&id), behind, &[Bytes::from_static(b"x")], deadline)
+            .await
+            .expect("append");
+        assert_ne!(epoch, 5);
+        let stale = raise(5, 1, Attach::None)
+            .await
+            .expect("raise")
+            .expect("a history");
+        assert!(!stale.raised);
+        let loaded = replicated
+            .load(&id)
+            .await
+            .expect("load")
+            .expect("the session");
+        assert_eq!(
+            (loaded.acked, loaded.sent),
+            (0, 0),
+            "cursors of the old epoch"
+        );
+        let fresh = raise(epoch, 1, Attach::New)
+            .await
+            .expect("raise")
+            .expect("a history");
+        assert_eq!(
+            fresh,
+            Raised {
+                raised: true,
+                generation: 1
+            }
+        );
+    }
+
+    /// An upgrade's ticket is recorded for any instance, and used once.
+    #[tokio::test]
+    async fn a_granted_ticket_is_kept_for_any_instance_and_used_once() {
+        let (history, replicated) = replicated();
+        let id = session();
+        assert!(replicated.create(&id, 5, None).await.expect("create"));
+        let ticket = Ticket::from_bytes([7; 16]);
+        let cursor = EventId { epoch: 5, seq: 3 };
+        replicated
+            .record_grant(&id, &ticket, cursor, Duration::from_secs(60))
+            .await
+            .expect("recorded");
+        let name = ticket_token(&ticket);
+        assert!(history.has_token(&log_of(&id), &name).await.expect("has"));
+        let taken = history.take_token(&log_of(&id), &name).await.expect("take");
+        assert_eq!(taken.as_deref(), Some(cursor.to_string().as_str()));
+        assert_eq!(
+            history.take_token(&log_of(&id), &name).await.expect("take"),
+            None
+        );
     }
 }
