@@ -8,7 +8,7 @@ use crate::arena::words_for;
 use crate::claim::{increment, Claimed};
 use crate::config::{Config, ConfigError, MAX_BATCH};
 use crate::error::EmitError;
-use crate::ring::{Opened, Ring, Shared};
+use crate::ring::{ManyWriters, Opened, Ring};
 use crate::sync::{fence, seq_cst_access_fence, spin_hint, Ordering};
 
 /// Spins before an emitter waiting at the wrap parks (under loom, where
@@ -18,7 +18,7 @@ const SPINS: u32 = 64;
 #[cfg(loom)]
 const SPINS: u32 = 2;
 
-impl Ring<Shared> {
+impl Ring<ManyWriters> {
     /// Builds a ring of exactly the configured sizes (see [`Config`]).
     ///
     /// # Panics

@@ -3,7 +3,7 @@
 
 use crate::error::ReplayError;
 use crate::event::Event;
-use crate::ring::{EmitMode, Ring, Shared};
+use crate::ring::{EmitMode, ManyWriters, Ring};
 use std::marker::PhantomData;
 use std::ops::Deref;
 use std::task::{Context, Poll};
@@ -38,7 +38,7 @@ use std::task::{Context, Poll};
 /// # Ok::<(), gapless::ReplayError>(())
 /// ```
 #[derive(Debug)]
-pub struct Follower<R: Deref<Target = Ring<M>>, M: EmitMode = Shared> {
+pub struct Follower<R: Deref<Target = Ring<M>>, M: EmitMode = ManyWriters> {
     ring: R,
     /// The last seq yielded (or the starting cursor).
     cursor: u64,

@@ -126,6 +126,9 @@ pub use event::Event;
 pub use event_id::EventId;
 pub use follower::Follower;
 pub use replay::Replay;
-pub use ring::{EmitMode, Ring, Shared, SingleWriter, Stats};
+pub use ring::{EmitMode, ManyWriters, Ring, SingleWriter, Stats};
+/// The old name of [`ManyWriters`].
+#[deprecated(note = "renamed ManyWriters: it says what the mode allows")]
+pub type Shared = ManyWriters;
 pub use store::Store;
 pub use writer::Writer;

@@ -12,25 +12,25 @@ use crate::sync::{fence, AtomicU64, Ordering};
 use crossbeam_utils::CachePadded;
 use std::marker::PhantomData;
 
-/// How a ring takes events: a type-level marker, [`Shared`] or
+/// How a ring takes events: a type-level marker, [`ManyWriters`] or
 /// [`SingleWriter`]. Sealed.
 pub trait EmitMode: sealed::Sealed + Send + Sync + 'static {}
 
 /// Any number of threads call [`Ring::emit`] at once (the default).
 #[derive(Debug)]
-pub enum Shared {}
+pub enum ManyWriters {}
 
 /// One exclusive [`Writer`](crate::Writer) emits; the ring itself has no
 /// `emit`, so shared emits cannot be mixed in.
 #[derive(Debug)]
 pub enum SingleWriter {}
 
-impl EmitMode for Shared {}
+impl EmitMode for ManyWriters {}
 impl EmitMode for SingleWriter {}
 
 mod sealed {
     pub trait Sealed {}
-    impl Sealed for super::Shared {}
+    impl Sealed for super::ManyWriters {}
     impl Sealed for super::SingleWriter {}
 }
 
@@ -43,7 +43,7 @@ mod sealed {
 /// [`replay_after`] a cursor and get every event after it, in order, or a
 /// typed reason why not — never a silent skip and never torn bytes.
 ///
-/// `Ring` is `Ring<Shared>`; a ring with one producer is better built as
+/// `Ring` is `Ring<ManyWriters>`; a ring with one producer is better built as
 /// a [`Writer`](crate::Writer), whose ring (`Ring<SingleWriter>`) has the
 /// same read API. See [`docs::protocol`](crate::docs::protocol) for the protocol.
 ///
@@ -62,7 +62,7 @@ mod sealed {
 /// ```
 ///
 /// [`replay_after`]: Ring::replay_after
-pub struct Ring<M: EmitMode = Shared> {
+pub struct Ring<M: EmitMode = ManyWriters> {
     /// Random, non-zero, fixed at construction: the incarnation of the
     /// stream that event IDs carry.
     pub(crate) epoch: u64,

@@ -4,7 +4,7 @@
 
 use crate::ids::{SessionId, PUBLISH_KEY_HEADER};
 use crate::metrics::Limit;
-use crate::state::{AppState, Shared};
+use crate::state::{AppState, ServerState};
 use axum::body::Body;
 use axum::http::{header, HeaderValue, Method, Request, Response, StatusCode, Uri};
 use axum::Router;
@@ -94,7 +94,7 @@ fn redacted(uri: &Uri) -> String {
 /// A handler panicked: count it, log it, answer `500 internal` (the panic
 /// message stays in the log). Guards held by the handler (a transport's
 /// attachment) were dropped while unwinding.
-fn panicked(state: &Shared, panic: Box<dyn Any + Send>) -> Response<Body> {
+fn panicked(state: &ServerState, panic: Box<dyn Any + Send>) -> Response<Body> {
     state.metrics.tripped(Limit::Panic);
     let message = panic
         .downcast_ref::<&str>()

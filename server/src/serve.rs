@@ -13,7 +13,7 @@ use crate::config::ServerConfig;
 use crate::connection::{ConnectionHandle, Peer};
 use crate::metrics::Limit;
 use crate::routes::router;
-use crate::state::{turned_true, AppState, Shared};
+use crate::state::{turned_true, AppState, ServerState};
 use axum::extract::Request;
 use gapless_client::Failure;
 use hyper::body::Incoming;
@@ -207,7 +207,7 @@ pub async fn serve_router(
 
 /// Drives one connection until it ends, the shutdown asks it to finish, or
 /// a stream drops it.
-async fn run_connection<C>(connection: C, handle: ConnectionHandle, shared: Arc<Shared>)
+async fn run_connection<C>(connection: C, handle: ConnectionHandle, shared: Arc<ServerState>)
 where
     C: std::future::Future<Output = Result<(), hyper::Error>> + GracefulConnection,
 {
@@ -286,7 +286,7 @@ async fn refuse(mut tcp: TcpStream, refused: Refused) {
 /// The shutdown after the accept loop: wait for every tracked task (the
 /// connections draining, the streams ending) up to the grace, then the hard
 /// stop drops what is left.
-async fn stop(shared: &Shared) {
+async fn stop(shared: &ServerState) {
     let lifecycle = &shared.lifecycle;
     lifecycle.tasks.close();
     if tokio::time::timeout(shared.config.shutdown_grace, lifecycle.tasks.wait())

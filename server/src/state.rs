@@ -108,8 +108,9 @@ impl Limits {
     }
 }
 
-/// Shared by every handler.
-pub(crate) struct Shared {
+/// What every handler reads: the configuration, the live sessions, the
+/// limits, the metrics, the lifecycle and the session history.
+pub(crate) struct ServerState {
     pub(crate) config: ServerConfig,
     /// Live sessions by ID (shared with the metrics, which sum the rings
     /// at scrape time).
@@ -127,7 +128,7 @@ pub(crate) struct Shared {
     started: Instant,
 }
 
-impl Shared {
+impl ServerState {
     fn now_ms(&self) -> u64 {
         u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
@@ -217,7 +218,7 @@ impl Shared {
     /// A new session, recorded in the session history.
     ///
     /// # Errors
-    /// As [`Shared::create_session`], and the history is unavailable (the
+    /// As [`ServerState::create_session`], and the history is unavailable (the
     /// session is not created).
     pub(crate) async fn create_shared_session(
         &self,
@@ -370,7 +371,7 @@ impl Shared {
         }
     }
 
-    /// [`Shared::history_failed`] for a call about session `id`: a session
+    /// [`ServerState::history_failed`] for a call about session `id`: a session
     /// gone from the history ends here too.
     pub(crate) fn session_history_failed(&self, id: &SessionId, error: HistoryError) -> LoadError {
         let failed = self.history_failed(error);
@@ -389,12 +390,12 @@ impl Shared {
         self.raise(entry, None, Attach::None).await.map(drop)
     }
 
-    /// [`Shared::persist_cursors`] after a cursor check that attached a
+    /// [`ServerState::persist_cursors`] after a cursor check that attached a
     /// transport (`attached`) or not: the transport's attach generation in
     /// the shared history (`None` without one, or when none attached).
     ///
     /// # Errors
-    /// As [`Shared::persist_cursors`].
+    /// As [`ServerState::persist_cursors`].
     pub(crate) async fn persist_check(
         &self,
         entry: &Entry,
@@ -412,7 +413,7 @@ impl Shared {
     /// Always `Ok(true)` without a shared history (after `record_sent`).
     ///
     /// # Errors
-    /// As [`Shared::persist_cursors`].
+    /// As [`ServerState::persist_cursors`].
     pub(crate) async fn persist_sent(
         &self,
         entry: &Entry,
@@ -550,7 +551,7 @@ impl std::fmt::Display for CreateError {
 
 /// The router's state: cheap to clone, shared by every handler.
 #[derive(Clone)]
-pub struct AppState(pub(crate) Arc<Shared>);
+pub struct AppState(pub(crate) Arc<ServerState>);
 
 impl AppState {
     /// State for a server with `config` whose streams end cleanly when
@@ -629,7 +630,7 @@ impl AppState {
                 ..ring_totals(&sessions)
             }
         });
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(ServerState {
             config,
             sessions,
             limits,
@@ -724,7 +725,7 @@ fn ring_totals(sessions: &Store<SessionId, Entry>) -> RingTotals {
 
 /// Checks for idle sessions a few times per idle timeout (at most every
 /// second, so a session ends within about a second after its timeout).
-async fn reap_idle_sessions(state: Weak<Shared>, mut shutdown: watch::Receiver<bool>) {
+async fn reap_idle_sessions(state: Weak<ServerState>, mut shutdown: watch::Receiver<bool>) {
     let Some(period) = state.upgrade().map(|s| {
         (s.config.idle_timeout / 4).clamp(Duration::from_millis(20), Duration::from_secs(1))
     }) else {

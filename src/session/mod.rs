@@ -24,7 +24,7 @@ pub use ticket::{parse_hex128, ParseTicketError, Ticket, TicketKind, TICKET_TTL}
 
 use crate::error::Coverage;
 use crate::event_id::EventId;
-use crate::ring::{EmitMode, Ring, Shared};
+use crate::ring::{EmitMode, ManyWriters, Ring};
 use crate::sync::{lock, Mutex};
 use std::fmt;
 use std::sync::Arc;
@@ -193,7 +193,7 @@ struct Cursors {
 /// let (grant, _attachment) = session.resume_sse(cursor).unwrap();
 /// assert_eq!((grant.replay_from, grant.replay_to), (2, 3));
 /// ```
-pub struct Session<M: EmitMode = Shared> {
+pub struct Session<M: EmitMode = ManyWriters> {
     ring: Arc<Ring<M>>,
     options: SessionOptions,
     cursors: Mutex<Cursors>,

@@ -16,7 +16,7 @@ pub(crate) mod ws;
 use crate::entry::Entry;
 use crate::error::ApiError;
 use crate::metrics::{Limit, Stage};
-use crate::state::Shared;
+use crate::state::ServerState;
 use gapless::session::{Attachment, Refusal, Session};
 use gapless::{Event, EventId, Follower, ReplayError, SingleWriter};
 use std::future::Future;
@@ -94,7 +94,7 @@ impl StreamSlot {
     ///
     /// # Errors
     /// `429 too_many_streams` when all are taken (counted).
-    pub(crate) fn take(state: &Arc<Shared>, entry: &Arc<Entry>) -> Result<Self, ApiError> {
+    pub(crate) fn take(state: &Arc<ServerState>, entry: &Arc<Entry>) -> Result<Self, ApiError> {
         let max = state.config.max_streams_per_session;
         if entry.streams.fetch_add(1, Ordering::AcqRel) >= max {
             entry.streams.fetch_sub(1, Ordering::AcqRel);
@@ -122,7 +122,7 @@ impl Drop for StreamSlot {
 /// session's other streams — on every path out of a handler or a stream
 /// task, including an early return, a panic and the hard stop.
 pub(crate) struct Attached {
-    state: Arc<Shared>,
+    state: Arc<ServerState>,
     entry: Arc<Entry>,
     attachment: Attachment,
     /// With a shared history: the session's attach generation there when
@@ -135,7 +135,7 @@ impl Attached {
     /// Takes over `attachment`, just granted by the session in `slot`, and
     /// tells the session's other streams that the attachment changed.
     pub(crate) fn new(
-        state: Arc<Shared>,
+        state: Arc<ServerState>,
         slot: StreamSlot,
         attachment: Attachment,
         generation: Option<u64>,
@@ -198,7 +198,7 @@ pub(crate) enum NotReplayed {
 /// while the rest of the replay is written, ends the stream with a gap
 /// report like any lap.
 pub(crate) fn copy_replay(
-    state: &Shared,
+    state: &ServerState,
     attached: &Attached,
     cursor: u64,
     replay_to: u64,
@@ -231,7 +231,7 @@ pub(crate) fn copy_replay(
 /// A write that does not complete within the write timeout closes the
 /// connection; the client resumes with its own cursor.
 pub(crate) async fn deliver(
-    state: Arc<Shared>,
+    state: Arc<ServerState>,
     attached: Attached,
     replay: Replay,
     mut transport: impl Transport,

@@ -10,7 +10,7 @@ use crate::ids::SessionId;
 use crate::metrics::{HistoryFailure, Limit, Stage};
 use crate::replica::ReplicaError;
 use crate::session_history::EmitFailure;
-use crate::state::{AppState, Shared};
+use crate::state::{AppState, ServerState};
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
@@ -60,7 +60,7 @@ pub(crate) async fn emit(
 }
 
 /// The answer to an emit that was not accepted (nothing was acknowledged).
-fn emit_failed(state: &Shared, id: &SessionId, failure: EmitFailure) -> ApiError {
+fn emit_failed(state: &ServerState, id: &SessionId, failure: EmitFailure) -> ApiError {
     match failure {
         EmitFailure::TooLarge { len, max } => ApiError::PayloadTooLarge { len, max },
         EmitFailure::Busy => {

@@ -153,9 +153,9 @@ fn payload_is_intact(data: &str, size: usize) -> bool {
 }
 
 /// The session a producer and a client share; replaced after a reset.
-type Shared = Arc<Mutex<String>>;
+type CurrentSession = Arc<Mutex<String>>;
 
-fn current(shared: &Shared) -> String {
+fn current(shared: &CurrentSession) -> String {
     shared.lock().map(|s| s.clone()).unwrap_or_default()
 }
 
@@ -169,7 +169,7 @@ struct Lane {
     /// client moves to the next one before each resume or migration.
     instances: Vec<Client>,
     /// The session ID, replaced when the client re-creates the session.
-    session: Shared,
+    session: CurrentSession,
     /// The ID the server returned for the producer's latest emit: what a
     /// buggy client would echo.
     last_id: Arc<Mutex<Option<gapless::EventId>>>,
@@ -279,7 +279,7 @@ async fn read(
 async fn after_refusal(
     client: &Client,
     mc: &mut MigratingClient,
-    shared: &Shared,
+    shared: &CurrentSession,
     error: ClientError,
     tally: &Tally,
 ) -> Result<(), ClientError> {
