@@ -129,6 +129,15 @@ fn run(events: usize, bytes: usize, base: u64, ops: &[Op]) -> Result<(), TestCas
                 prop_assert_eq!(coverage, model.coverage(c), "{:?}", op);
                 // Coverage and replay agree.
                 prop_assert_eq!(coverage.is_covered(), ring.replay_after(c).is_ok());
+                // The rule a copy of the history answers by (a Redis read,
+                // a store's window) gives the ring's answer from its
+                // bounds alone.
+                prop_assert_eq!(
+                    Coverage::of_retained(c, ring.first_retained(), ring.published()),
+                    coverage,
+                    "{:?}",
+                    op
+                );
             }
             Op::Read { back } => {
                 let seq = cursor(model.head, *back);
