@@ -1,20 +1,23 @@
 //! # gapless-history
 //!
 //! The shared history tier of `gapless-server --redis URL` and of
-//! `gapless-rmcp`'s shared store: every event of a session
-//! is appended to a Redis Stream before it is acknowledged, and the
-//! session's epoch, published seq and cursors live beside it, so that any
-//! instance can serve any session — emits included — with the same event
-//! IDs and the same refusals.
+//! `gapless-rmcp`'s shared store: append-only *logs*, each under a
+//! [`LogId`], whose every event is appended to a Redis Stream before it is
+//! acknowledged, with the log's epoch, published seq and its caller's
+//! metadata beside it, so that any instance can serve any log — appends
+//! included — with the same event IDs and the same refusals. What a log
+//! is to its caller (a server session, an rmcp stream, a Durable Streams
+//! stream) stays with the caller: the [`History`] trait is the whole
+//! boundary, and the in-memory fake ([`memory`]) implements all of it.
 //!
-//! Per session `{id}` (one hash tag: one Redis Cluster slot):
+//! Per log `{id}` (one hash tag: one Redis Cluster slot):
 //!
 //! | key | holds |
 //! | --- | --- |
 //! | `gapless:{id}:s` | the events, entry ID `0-<seq>`, field `d` = payload |
 //! | `gapless:{id}:z` | a list: the payload length of each retained event, oldest first |
-//! | `gapless:{id}:m` | `epoch` (hex), `published` (the last seq appended), `bytes` (retained payload bytes), `acked`, `sent` (maxima, never lowered), `attach` (the attach generation), `inc` (the `run_id` of the Redis that created or last appended to the session), `pk` (the publish key, with `--publish-keys`), `done` (set by `complete`: an rmcp request stream after its response; reads then leave its expiry alone) |
-//! | `gapless:{id}:t:<ticket>` | an upgrade ticket's cursor (`<epoch>-<seq>`), until the ticket expires or is used |
+//! | `gapless:{id}:m` | the history's fields: `epoch` (hex), `published` (the last seq appended), `bytes` (retained payload bytes), `retained` (events retained), `renew_at` (when an append next renews the keys' expiry), `inc` (the `run_id` of the Redis that created or last appended to the log), `done` (set by `complete`: reads then leave its expiry alone); and the caller's [`Meta`], each field `c:<name>` (the server's: `c:pk`, its publish key; `c:epoch/acked`, `c:epoch/sent`, `c:epoch/attach`, cleared with their epoch) |
+//! | `gapless:{id}:t:<name>` | a token of the log (the server's upgrade tickets, `ticket:<hex>`: the cursor `<epoch>-<seq>`), until it expires or is taken |
 //!
 //! Every write is a Lua script (atomic, never rolled back). The append is
 //! the sequencer: it gives a batch the seqs after `published`, so two
@@ -35,8 +38,8 @@
 //! (`appendonly yes` with `appendfsync always`, probed when an instance
 //! connects, and logged), or `published` is below what the appending
 //! instance's ring has seen under the same epoch — and continues the
-//! session under a new random epoch, from seq 1, with no events, its
-//! cursors reset and its transports superseded. The batch is answered with
+//! log under a new random epoch, from seq 1, with no events and its
+//! caller's per-epoch meta ([`PER_EPOCH`]) cleared. The batch is answered with
 //! the new epoch; every instance drops its copy of the old epoch, and a
 //! client holding a cursor of it is answered `409 foreign_epoch`, never
 //! served other events under its seqs. Without such persistence, a session
