@@ -210,10 +210,12 @@ pub async fn probe_redis(
             "0",
             "bytes",
             "0",
-            "acked",
+            "c:epoch/acked",
             "0",
-            "sent",
+            "c:epoch/sent",
             "0",
+            "c:epoch/attach",
+            "1",
         ])
         .query_async::<()>(&mut connection)
         .await?;
