@@ -11,16 +11,38 @@
 -- per session: its ID, the caller's epoch (hex) and published seq (what
 -- its ring has seen), a new epoch (hex, used only if the session lost
 -- events), the batch's length, and its payloads.
--- Returns per session {epoch (hex), the first seq of its batch}, or 'GONE'
--- for a session whose keys are gone (nothing appended to it).
+-- Returns per session {epoch (hex), the first seq of its batch}, or, with
+-- nothing of the session written: 'GONE' (its meta is gone), 'DAMAGED
+-- <what>' (its keys do not hold what its meta says: one was deleted or cut
+-- short, as an eviction policy or a stray command does; permanent), or
+-- 'AGAIN' (the session came twice in one call: the later batch was not
+-- looked at; the caller sends it again).
+--
+-- Atomicity per session: a script is never rolled back, so an error
+-- raised after a write would leave the sessions before it appended and
+-- announced, the failing one half-written, and every caller told the call
+-- failed (and retrying: stored twice). So the script looks at EVERY
+-- session of the call before its first write, with cheap checks (O(1) per
+-- session, and the sizes it trims): meta fields that are numbers, the
+-- stream and the sizes of the right types, holding `retained` events each
+-- (`LLEN`, `XLEN`), the stream ending at `published` (`XREVRANGE ...
+-- COUNT 1`; an empty stream's top ID at most `published`, `XINFO`), the
+-- sizes it trims whole numbers. A session that fails one gets its own
+-- answer and nothing written; the writes of the others are computed from
+-- the numbers checked, and cannot fail. The one exception is the first
+-- `XADD` of a session (a top ID past `published` left by a stray `XDEL`
+-- hides from the checks): it runs protected before any other write of the
+-- session, and its refusal answers that session 'DAMAGED'. An error Redis
+-- raises at a first write (out of memory, a read-only replica) comes
+-- before anything is written.
 --
 -- Expiry: every script sets the keys' TTL to `ttl` (the idle timeout and a
 -- fifth of `ttl` of slack). An append renews it only when the last renewal
 -- by an append is a fifth of `ttl` old (`renew_at` in the meta): three
 -- PEXPIREs per session per append saved, and the keys still live at least
 -- `ttl * 4 / 5` after the last append (the last renewal, by any script, is
--- at most `ttl / 5` older than it). `retained` in the meta counts the
--- sizes list, so no LLEN either.
+-- at most `ttl / 5` older than it). A session that retains no event may
+-- be making its stream and sizes afresh: renewed.
 --
 -- Lost events: `inc` is the run_id of the Redis that last appended to the
 -- session. Another run_id means Redis restarted since; unless it persists
@@ -31,6 +53,7 @@
 -- the session continues under the new epoch, from seq 1, with no events
 -- and the caller's per-epoch meta (`c:epoch/<name>`: cursors, attach
 -- generations) cleared: no seq of an epoch is ever given to two events.
+-- Its stream and sizes are deleted then, whatever they held: not checked.
 local info = redis.pcall('INFO', 'server')
 local run_id = type(info) == 'string' and string.match(info, 'run_id:(%x+)') or nil
 local max_events = tonumber(ARGV[1])
@@ -39,75 +62,217 @@ local ttl = tonumber(ARGV[3])
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local lossless = ARGV[4] == '1'
-local results = {}
-local at = 5
-for s = 0, #KEYS / 3 - 1 do
-  local meta, stream, sizes = KEYS[3 * s + 1], KEYS[3 * s + 2], KEYS[3 * s + 3]
-  local id, known_epoch, known = ARGV[at], ARGV[at + 1], tonumber(ARGV[at + 2])
-  local new_epoch, count = ARGV[at + 3], tonumber(ARGV[at + 4])
-  local payloads = at + 5
-  at = payloads + count
-  local m = redis.call('HMGET', meta, 'published', 'bytes', 'epoch', 'inc', 'retained',
+
+-- `text` as a whole number (decimal digits only), or nil.
+local function whole(text)
+  if type(text) == 'string' and string.match(text, '^%d+$') then return tonumber(text) end
+  return nil
+end
+
+-- `text` as an integer (its sign allowed), or nil.
+local function integer(text)
+  if type(text) == 'string' and string.match(text, '^%-?%d+$') then return tonumber(text) end
+  return nil
+end
+
+-- The seq of stream entry ID `id` (`0-<seq>`), or nil for any other ID.
+local function seq_of(id)
+  return whole(type(id) == 'string' and string.match(id, '^0%-(%d+)$') or nil)
+end
+
+local function shown(value)
+  if value == nil or value == false then return 'none' end
+  return tostring(value)
+end
+
+-- What appending a batch to one session will write, from what its keys
+-- hold now; or the session's answer (a string) when nothing may be.
+local function plan(meta, stream, sizes, known_epoch, known, new_epoch, payloads, count)
+  local m = redis.pcall('HMGET', meta, 'published', 'bytes', 'epoch', 'inc', 'retained',
     'renew_at')
-  if not m[1] then
-    results[s + 1] = 'GONE'
+  if m.err then return 'DAMAGED meta: ' .. m.err end
+  if not m[1] then return 'GONE' end
+  local published = whole(m[1])
+  local bytes = integer(m[2] or '0')
+  local epoch = m[3]
+  local renew_at = whole(m[6] or '0')
+  if not published then return 'DAMAGED meta published is ' .. shown(m[1]) end
+  if not bytes then return 'DAMAGED meta bytes is ' .. shown(m[2]) end
+  if not epoch then return 'DAMAGED meta has no epoch' end
+  if not renew_at then return 'DAMAGED meta renew_at is ' .. shown(m[6]) end
+  local p = {
+    epoch = epoch, published = published, bytes = bytes, renew_at = renew_at,
+    retained = 0, reset = false,
+  }
+  if run_id and m[4] ~= run_id then p.inc = run_id end
+  local restarted = m[4] and run_id and m[4] ~= run_id
+  if (restarted and not lossless) or (epoch == known_epoch and published < known) then
+    p.reset = true
+    p.epoch = new_epoch
+    p.published = 0
+    p.bytes = 0
   else
-    local published = tonumber(m[1])
-    local bytes = tonumber(m[2] or '0')
-    local epoch = m[3]
-    local retained = tonumber(m[5] or '-1')
-    local renew_at = tonumber(m[6] or '0')
-    local restarted = m[4] and run_id and m[4] ~= run_id
-    if (restarted and not lossless) or (epoch == known_epoch and published < known) then
-      epoch = new_epoch
-      redis.call('DEL', stream, sizes)
-      published = 0
-      bytes = 0
-      retained = 0
-      -- The stream and the sizes are made afresh: without a TTL yet.
-      renew_at = 0
-      redis.call('HSET', meta, 'epoch', epoch)
-      -- The caller's fields of the old epoch (`c:epoch/<name>`: its
-      -- cursors, say) go with it; its other fields (a key) stay.
-      for _, field in ipairs(redis.call('HKEYS', meta)) do
-        if string.sub(field, 1, 8) == 'c:epoch/' then redis.call('HDEL', meta, field) end
+    local listed = redis.pcall('LLEN', sizes)
+    if type(listed) ~= 'number' then return 'DAMAGED sizes: ' .. shown(listed.err) end
+    local entries = redis.pcall('XLEN', stream)
+    if type(entries) ~= 'number' then return 'DAMAGED stream: ' .. shown(entries.err) end
+    local retained = listed
+    if m[5] then
+      retained = whole(m[5])
+      if not retained then return 'DAMAGED meta retained is ' .. shown(m[5]) end
+    end
+    if listed ~= retained then
+      return string.format('DAMAGED sizes holds %d of %d retained events', listed, retained)
+    end
+    if entries ~= retained then
+      return string.format('DAMAGED stream holds %d of %d retained events', entries, retained)
+    end
+    if retained > published then
+      return string.format('DAMAGED %d retained of %d published', retained, published)
+    end
+    if retained > 0 then
+      local last = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)
+      local id = last[1] and last[1][1]
+      if seq_of(id) ~= published then
+        return string.format('DAMAGED stream ends at %s, published %d', shown(id), published)
+      end
+    elseif redis.call('EXISTS', stream) == 1 then
+      -- Empty but there: the next ID must still be above its top one.
+      local described = redis.call('XINFO', 'STREAM', stream)
+      local top
+      for i = 1, #described - 1, 2 do
+        if described[i] == 'last-generated-id' then top = described[i + 1] end
+      end
+      local top_seq = seq_of(top)
+      if not top_seq or top_seq > published then
+        return string.format('DAMAGED empty stream at %s, published %d', shown(top), published)
       end
     end
-    if run_id and m[4] ~= run_id then redis.call('HSET', meta, 'inc', run_id) end
-    for i = 1, count do
-      local payload = ARGV[payloads + i - 1]
-      redis.call('XADD', stream, string.format('0-%d', published + i), 'd', payload)
-      redis.call('RPUSH', sizes, #payload)
-      bytes = bytes + #payload
-    end
-    published = published + count
-    if retained < 0 then
-      retained = redis.call('LLEN', sizes)
+    p.retained = retained
+  end
+  if p.retained == 0 then
+    -- The stream and the sizes are made afresh: without a TTL yet.
+    p.renew_at = 0
+  end
+  -- The trim, from the checked numbers: the oldest events go while the
+  -- session holds more than `max_events`, or more than `max_bytes` and
+  -- more than one event. The sizes of retained events are read as needed.
+  local total = p.retained + count
+  p.bytes_after = p.bytes
+  for i = 0, count - 1 do p.bytes_after = p.bytes_after + #ARGV[payloads + i] end
+  local dropped = 0
+  local read = {}
+  while total - dropped > max_events or (p.bytes_after > max_bytes and total - dropped > 1) do
+    local size
+    if dropped < p.retained then
+      if dropped >= #read then
+        local more = math.max(total - max_events - dropped, 16)
+        local from = #read
+        local to = math.min(from + more, p.retained) - 1
+        for _, text in ipairs(redis.call('LRANGE', sizes, from, to)) do
+          local n = whole(text)
+          if not n then return 'DAMAGED sizes holds ' .. shown(text) end
+          read[#read + 1] = n
+        end
+        if dropped >= #read then return 'DAMAGED sizes ended early' end
+      end
+      size = read[dropped + 1]
     else
-      retained = retained + count
+      size = #ARGV[payloads + dropped - p.retained]
     end
-    local dropped = 0
-    while retained > max_events or (bytes > max_bytes and retained > 1) do
-      bytes = bytes - tonumber(redis.call('LPOP', sizes))
-      retained = retained - 1
-      dropped = dropped + 1
+    p.bytes_after = p.bytes_after - size
+    dropped = dropped + 1
+  end
+  p.dropped = dropped
+  p.retained_after = total - dropped
+  return p
+end
+
+-- Writes session `p`'s batch; its answer. Raises nothing after the
+-- session's first write.
+local function write(p, meta, stream, sizes, id, payloads, count)
+  if p.reset then
+    redis.call('DEL', stream, sizes)
+    redis.call('HSET', meta, 'epoch', p.epoch)
+    -- The caller's fields of the old epoch (`c:epoch/<name>`: its
+    -- cursors, say) go with it; its other fields (a key) stay.
+    for _, field in ipairs(redis.call('HKEYS', meta)) do
+      if string.sub(field, 1, 8) == 'c:epoch/' then redis.call('HDEL', meta, field) end
     end
-    if dropped > 0 then
-      redis.call('XTRIM', stream, 'MINID', string.format('0-%d', published - retained + 1))
-    end
-    if now >= renew_at then
-      redis.call('HSET', meta, 'published', string.format('%d', published), 'bytes',
-        string.format('%d', bytes), 'retained', string.format('%d', retained), 'renew_at',
-        string.format('%d', now + math.floor(ttl / 5)))
-      redis.call('PEXPIRE', meta, ttl)
-      redis.call('PEXPIRE', stream, ttl)
-      redis.call('PEXPIRE', sizes, ttl)
+  end
+  for i = 1, count do
+    local entry = string.format('0-%d', p.published + i)
+    local payload = ARGV[payloads + i - 1]
+    if i == 1 and not p.reset then
+      local added = redis.pcall('XADD', stream, entry, 'd', payload)
+      if type(added) == 'table' and added.err then
+        if string.find(added.err, 'XADD', 1, true) or string.find(added.err, 'WRONGTYPE', 1, true) then
+          return 'DAMAGED stream refused ' .. entry .. ': ' .. added.err
+        end
+        -- Refused before any write of the call: nothing to undo.
+        error(added)
+      end
     else
-      redis.call('HSET', meta, 'published', string.format('%d', published), 'bytes',
-        string.format('%d', bytes), 'retained', string.format('%d', retained))
+      redis.call('XADD', stream, entry, 'd', payload)
     end
-    redis.call('PUBLISH', 'gapless:appended:' .. id, id .. ' ' .. string.format('%d', published))
-    results[s + 1] = {epoch, published - count + 1}
+    redis.call('RPUSH', sizes, #payload)
+  end
+  local published = p.published + count
+  if p.dropped > 0 then
+    redis.call('LTRIM', sizes, p.dropped, -1)
+    redis.call('XTRIM', stream, 'MINID', string.format('0-%d', published - p.retained_after + 1))
+  end
+  local fields = {'published', string.format('%d', published), 'bytes',
+    string.format('%d', p.bytes_after), 'retained', string.format('%d', p.retained_after)}
+  if p.inc then
+    fields[#fields + 1] = 'inc'
+    fields[#fields + 1] = p.inc
+  end
+  local renew = now >= p.renew_at
+  if renew then
+    fields[#fields + 1] = 'renew_at'
+    fields[#fields + 1] = string.format('%d', now + math.floor(ttl / 5))
+  end
+  redis.call('HSET', meta, unpack(fields))
+  if renew then
+    redis.call('PEXPIRE', meta, ttl)
+    redis.call('PEXPIRE', stream, ttl)
+    redis.call('PEXPIRE', sizes, ttl)
+  end
+  redis.call('PUBLISH', 'gapless:appended:' .. id, id .. ' ' .. string.format('%d', published))
+  return {p.epoch, p.published + 1}
+end
+
+-- Every session looked at before the first write.
+local sessions = {}
+local seen = {}
+local at = 5
+for s = 1, #KEYS / 3 do
+  local meta, stream, sizes = KEYS[3 * s - 2], KEYS[3 * s - 1], KEYS[3 * s]
+  local count = tonumber(ARGV[at + 4])
+  local session = {
+    meta = meta, stream = stream, sizes = sizes, id = ARGV[at], payloads = at + 5,
+    count = count,
+  }
+  if seen[meta] then
+    session.plan = 'AGAIN'
+  else
+    seen[meta] = true
+    session.plan = plan(meta, stream, sizes, ARGV[at + 1], tonumber(ARGV[at + 2]), ARGV[at + 3],
+      at + 5, count)
+  end
+  sessions[s] = session
+  at = at + 5 + count
+end
+
+local results = {}
+for s = 1, #sessions do
+  local session = sessions[s]
+  if type(session.plan) == 'string' then
+    results[s] = session.plan
+  else
+    results[s] = write(session.plan, session.meta, session.stream, session.sizes, session.id,
+      session.payloads, session.count)
   end
 end
 return results

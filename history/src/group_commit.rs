@@ -1,16 +1,30 @@
 //! Group commit across sessions: the batches of several sessions that wait
 //! at the same time go to Redis in one call of the append script (one round
 //! trip, one script run), sent by one flushing task per instance.
+//!
+//! Every batch of a call gets its own answer: the script looks at every
+//! session of the call before its first write (`append.lua`), so a
+//! session whose keys are damaged is answered [`HistoryError::Damaged`]
+//! and its neighbours are appended exactly once. A caller waits for its
+//! answer until its own deadline, and a batch still queued when that
+//! passes is never sent. A flushing task that panics hands its role on
+//! (its drop guard clears `flushing`): the next append starts another.
 
 use crate::connection::Connection;
 use crate::ids::LogId;
 use crate::redis_history::{bounded, parse_seq, text_of, Keys, RedisHistory};
 use crate::{HistoryConfig, HistoryError, Known};
 use bytes::Bytes;
+use redis::cluster_routing::Slot;
 use redis::{Script, Value};
+use std::collections::{HashSet, VecDeque};
+use std::future::Future;
+use std::hash::Hash;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use tokio::sync::oneshot;
+use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
 
 /// Sessions appended per script call at most (each with its batch of up
 /// to `APPEND_BATCH` emits).
@@ -21,33 +35,41 @@ const SESSIONS_PER_CALL: usize = 64;
 /// share one).
 pub(crate) const GROUP_WINDOW: usize = 1024;
 
-/// Takes the batches for one script call out of `waiting` (in arrival
-/// order): the oldest, and after it up to `max` in all of its group found
-/// among the first [`GROUP_WINDOW`]; the others keep their order.
-pub(crate) fn take_group<T, G: PartialEq>(
-    waiting: &mut Vec<T>,
+/// Takes the batches for one script call out of the front of `waiting`
+/// (in arrival order): the oldest, and after it up to `max` in all of its
+/// group found among the first [`GROUP_WINDOW`], one per `key` (a later
+/// batch of a key taken waits for the next call, so the script sees each
+/// session once). The ones looked at and left go back to the front in
+/// their order; nothing behind them moves: O(taken + looked at), and on
+/// one Redis (one group) of distinct sessions, the first `max`.
+pub(crate) fn take_group<T, G: PartialEq, K: Eq + Hash>(
+    waiting: &mut VecDeque<T>,
     max: usize,
     group: impl Fn(&T) -> G,
+    key: impl Fn(&T) -> K,
 ) -> Vec<T> {
-    let Some(oldest) = waiting.first() else {
+    let Some(oldest) = waiting.front() else {
         return Vec::new();
     };
     let wanted = group(oldest);
     let mut taken = Vec::new();
+    let mut keys = HashSet::new();
     let mut kept = Vec::new();
-    let mut rest = std::mem::take(waiting).into_iter();
-    for (looked, pending) in rest.by_ref().enumerate() {
-        if taken.len() < max && group(&pending) == wanted {
-            taken.push(pending);
-        } else {
-            kept.push(pending);
-        }
-        if taken.len() == max || looked + 1 == GROUP_WINDOW {
+    let mut looked = 0;
+    while taken.len() < max && looked < GROUP_WINDOW {
+        let Some(item) = waiting.pop_front() else {
             break;
+        };
+        looked += 1;
+        if group(&item) == wanted && keys.insert(key(&item)) {
+            taken.push(item);
+        } else {
+            kept.push(item);
         }
     }
-    kept.extend(rest);
-    *waiting = kept;
+    for item in kept.into_iter().rev() {
+        waiting.push_front(item);
+    }
     taken
 }
 
@@ -58,10 +80,55 @@ pub(crate) struct Pending {
     pub(crate) payloads: Vec<Bytes>,
 }
 
-/// A batch queued with the channel its answer goes to.
+/// What one batch is answered: the epoch and the first seq it was
+/// appended at.
+pub(crate) type Answer = Result<(u64, u64), HistoryError>;
+
+/// A batch queued with its deadline and the channel its answer goes to.
 struct Queued {
     pending: Pending,
-    answer: oneshot::Sender<Result<(u64, u64), HistoryError>>,
+    /// Never sent after this.
+    deadline: Instant,
+    answer: oneshot::Sender<Answer>,
+}
+
+/// What the flushing task sends its script calls through: the append
+/// script on Redis ([`ScriptCalls`]), or a test's stand-in.
+pub(crate) trait Calls: Send + Sync + 'static {
+    /// Which batches may share a call with `pending` ([`Connection::group`]).
+    fn group(&self, pending: &Pending) -> Option<Slot>;
+
+    /// One call appending `calls` (one batch per session): each one's
+    /// answer, in order, or the call's error (then every one's).
+    fn call(
+        &self,
+        calls: &[Pending],
+    ) -> impl Future<Output = Result<Vec<Answer>, HistoryError>> + Send;
+}
+
+/// The append script (`append.lua`) on Redis.
+struct ScriptCalls {
+    connection: Connection,
+    script: Script,
+    config: HistoryConfig,
+    lossless: bool,
+}
+
+impl Calls for ScriptCalls {
+    fn group(&self, pending: &Pending) -> Option<Slot> {
+        self.connection.group(|| Keys::of(&pending.id).meta)
+    }
+
+    async fn call(&self, calls: &[Pending]) -> Result<Vec<Answer>, HistoryError> {
+        commit(
+            &self.connection,
+            &self.script,
+            &self.config,
+            self.lossless,
+            calls,
+        )
+        .await
+    }
 }
 
 /// Script calls in flight at once per instance.
@@ -72,26 +139,69 @@ const CALLS_IN_FLIGHT: usize = 4;
 /// script run), sent by one flushing task.
 pub(crate) struct Commits {
     /// Batches not yet sent, in arrival order.
-    waiting: std::sync::Mutex<Vec<Queued>>,
+    waiting: Mutex<VecDeque<Queued>>,
     /// Whether a flushing task runs (at most one).
     flushing: AtomicBool,
     /// Calls in flight: at most [`CALLS_IN_FLIGHT`].
     in_flight: Arc<tokio::sync::Semaphore>,
+    /// Where the flushing task and the calls are spawned: the server's
+    /// tracker once given ([`Commits::set_task_tracker`]), else
+    /// `tokio::spawn`.
+    tracker: OnceLock<TaskTracker>,
 }
 
 impl Default for Commits {
     fn default() -> Self {
         Self {
-            waiting: std::sync::Mutex::default(),
+            waiting: Mutex::default(),
             flushing: AtomicBool::new(false),
             in_flight: Arc::new(tokio::sync::Semaphore::new(CALLS_IN_FLIGHT)),
+            tracker: OnceLock::new(),
+        }
+    }
+}
+
+/// Clears `flushing` when the flushing task ends without handing its role
+/// on: a panic unwinding it included, so the next append starts another
+/// (the batches it held are dropped with it: their callers are answered
+/// "dropped unanswered").
+struct Flushing<'a>(Option<&'a AtomicBool>);
+
+impl Flushing<'_> {
+    /// The role is handed on (or given up with `flushing` already
+    /// cleared): nothing to clear.
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Flushing<'_> {
+    fn drop(&mut self) {
+        if let Some(flushing) = self.0 {
+            flushing.store(false, Ordering::Release);
         }
     }
 }
 
 impl Commits {
+    /// Spawns the flushing task and its calls on `tracker` from now on
+    /// (the server's, so that its shutdown waits for them); `false` if one
+    /// was given already (it stays).
+    pub(crate) fn set_task_tracker(&self, tracker: TaskTracker) -> bool {
+        self.tracker.set(tracker).is_ok()
+    }
+
+    fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        match self.tracker.get() {
+            Some(tracker) => drop(tracker.spawn(task)),
+            None => drop(tokio::spawn(task)),
+        }
+    }
+
     /// Queues `pending` for the next script call (starting the flushing
-    /// task unless it runs) and waits for its answer.
+    /// task unless it runs) and waits for its answer until `deadline`:
+    /// [`HistoryError::Unavailable`] then (if it was sent, it may or may
+    /// not have been applied; if not, it never will be).
     pub(crate) async fn append(
         self: &Arc<Self>,
         connection: &Connection,
@@ -99,19 +209,37 @@ impl Commits {
         config: &HistoryConfig,
         lossless: bool,
         pending: Pending,
-        deadline: tokio::time::Instant,
-    ) -> Result<(u64, u64), HistoryError> {
+        deadline: Instant,
+    ) -> Answer {
+        self.append_through(pending, deadline, || {
+            Arc::new(ScriptCalls {
+                connection: connection.clone(),
+                script: script.clone(),
+                config: config.clone(),
+                lossless,
+            })
+        })
+        .await
+    }
+
+    /// [`Commits::append`] through `calls` (made only if a flushing task
+    /// is started).
+    pub(crate) async fn append_through<C: Calls>(
+        self: &Arc<Self>,
+        pending: Pending,
+        deadline: Instant,
+        calls: impl FnOnce() -> Arc<C>,
+    ) -> Answer {
         let (answer, answered) = oneshot::channel();
-        self.queue().push(Queued { pending, answer });
+        self.queue().push_back(Queued {
+            pending,
+            deadline,
+            answer,
+        });
         if !self.flushing.swap(true, Ordering::AcqRel) {
             // A task of its own: the batches of other sessions ride on this
             // call, and must not be cancelled with this caller.
-            tokio::spawn(Arc::clone(self).flush(
-                connection.clone(),
-                script.clone(),
-                config.clone(),
-                lossless,
-            ));
+            self.spawn(Arc::clone(self).flush(calls()));
         }
         match tokio::time::timeout_at(deadline, answered).await {
             Ok(Ok(answer)) => answer,
@@ -124,53 +252,60 @@ impl Commits {
         }
     }
 
-    fn queue(&self) -> std::sync::MutexGuard<'_, Vec<Queued>> {
-        self.waiting
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn queue(&self) -> MutexGuard<'_, VecDeque<Queued>> {
+        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Sends waiting batches, up to [`SESSIONS_PER_CALL`] per call and
     /// [`CALLS_IN_FLIGHT`] calls at a time, until none wait. While the calls
     /// in flight are at the limit, batches accumulate, and the next call
-    /// carries all of them.
-    async fn flush(
-        self: Arc<Self>,
-        connection: Connection,
-        script: Script,
-        config: HistoryConfig,
-        lossless: bool,
-    ) {
+    /// carries all of them. A batch whose deadline passed, or whose caller
+    /// stopped waiting, is dropped unsent.
+    async fn flush<C: Calls>(self: Arc<Self>, calls: Arc<C>) {
+        let mut flushing = Flushing(Some(&self.flushing));
         loop {
             let Ok(permit) = Arc::clone(&self.in_flight).acquire_owned().await else {
                 return;
             };
-            let calls: Vec<Queued> = take_group(&mut self.queue(), SESSIONS_PER_CALL, |queued| {
-                connection.group(|| Keys::of(&queued.pending.id).meta)
-            });
-            if calls.is_empty() {
+            let taken = take_group(
+                &mut self.queue(),
+                SESSIONS_PER_CALL,
+                |queued| calls.group(&queued.pending),
+                |queued| queued.pending.id,
+            );
+            if taken.is_empty() {
                 drop(permit);
                 self.flushing.store(false, Ordering::Release);
                 // A batch queued after the look above that saw `flushing`
                 // still set relies on this task: look again.
                 if self.queue().is_empty() || self.flushing.swap(true, Ordering::AcqRel) {
+                    flushing.disarm();
                     return;
                 }
                 continue;
             }
-            let (connection, script, config) = (connection.clone(), script.clone(), config.clone());
-            tokio::spawn(async move {
-                let answers = commit(&connection, &script, &config, lossless, &calls).await;
+            let now = Instant::now();
+            let (batches, answers): (Vec<Pending>, Vec<oneshot::Sender<Answer>>) = taken
+                .into_iter()
+                .filter(|queued| !queued.answer.is_closed() && queued.deadline > now)
+                .map(|queued| (queued.pending, queued.answer))
+                .unzip();
+            if batches.is_empty() {
+                continue;
+            }
+            let calls = Arc::clone(&calls);
+            self.spawn(async move {
+                let answered = calls.call(&batches).await;
                 drop(permit);
-                match answers {
-                    Ok(answers) => {
-                        for (queued, answer) in calls.into_iter().zip(answers) {
-                            let _ = queued.answer.send(answer);
+                match answered {
+                    Ok(answered) => {
+                        for (answer, result) in answers.into_iter().zip(answered) {
+                            let _ = answer.send(result);
                         }
                     }
                     Err(error) => {
-                        for queued in calls {
-                            let _ = queued.answer.send(Err(error.clone()));
+                        for answer in answers {
+                            let _ = answer.send(Err(error.clone()));
                         }
                     }
                 }
@@ -186,8 +321,8 @@ async fn commit(
     script: &Script,
     config: &HistoryConfig,
     lossless: bool,
-    calls: &[Queued],
-) -> Result<Vec<Result<(u64, u64), HistoryError>>, HistoryError> {
+    calls: &[Pending],
+) -> Result<Vec<Answer>, HistoryError> {
     let mut connection = connection.clone();
     let mut invocation = script.prepare_invoke();
     invocation
@@ -195,7 +330,7 @@ async fn commit(
         .arg(config.retention_bytes)
         .arg(RedisHistory::keys_ttl(config.idle))
         .arg(if lossless { "1" } else { "0" });
-    for Queued { pending, .. } in calls {
+    for pending in calls {
         let keys = Keys::of(&pending.id);
         invocation
             .key(&keys.meta)
@@ -224,14 +359,21 @@ async fn commit(
     Ok(results.into_iter().map(appended).collect())
 }
 
-/// One session's result of the append script.
-fn appended(result: Value) -> Result<(u64, u64), HistoryError> {
+/// One session's result of the append script: `{epoch, first}`, or why
+/// nothing was appended to it (see `append.lua`).
+fn appended(result: Value) -> Answer {
     let parts = match result {
         Value::Array(parts) if parts.len() == 2 => parts,
         other => {
             return match text_of(other) {
                 Ok(text) if text == "GONE" => Err(HistoryError::Gone),
-                Ok(text) => Err(HistoryError::Corrupt(format!("append answered {text:?}"))),
+                Ok(text) if text == "AGAIN" => Err(HistoryError::Unavailable(
+                    "the log came twice in one append call; nothing appended".into(),
+                )),
+                Ok(text) => match text.strip_prefix("DAMAGED ") {
+                    Some(what) => Err(HistoryError::Damaged(what.to_owned())),
+                    None => Err(HistoryError::Corrupt(format!("append answered {text:?}"))),
+                },
                 Err(error) => Err(error),
             }
         }
@@ -245,3 +387,7 @@ fn appended(result: Value) -> Result<(u64, u64), HistoryError> {
         .ok_or_else(|| HistoryError::Corrupt(format!("epoch {epoch:?}")))?;
     Ok((epoch, first))
 }
+
+#[cfg(test)]
+#[path = "group_commit_tests.rs"]
+mod tests;

@@ -252,6 +252,18 @@ impl RedisHistory {
         }
     }
 
+    /// Spawns this history's background tasks (the group commit's flushing
+    /// task and its script calls) on `tracker` from now on, so that the
+    /// caller's shutdown waits for appends in flight; until then, and if a
+    /// tracker was set already, they are spawned as before (the first
+    /// tracker stays). The announcement connection's task is not one of
+    /// them: it runs until the history is dropped.
+    pub fn set_task_tracker(&self, tracker: tokio_util::task::TaskTracker) {
+        if !self.commits.set_task_tracker(tracker) {
+            tracing::debug!("the history's task tracker was set already; kept");
+        }
+    }
+
     /// A setting of Redis (`CONFIG GET`) on every primary; `None` where
     /// refused or unknown, nothing if no primary answered.
     async fn config_get(&self, name: &str) -> Vec<Option<String>> {

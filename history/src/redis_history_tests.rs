@@ -1,8 +1,7 @@
-//! Unit tests of [`super`]: slots and grouping, and the keys' expiry
-//! against a real `redis-server`.
+//! Unit tests of [`super`]: slots, and the keys' expiry against a real
+//! `redis-server` (the group commit's are in `group_commit_tests.rs`).
 
 mod grouping {
-    use crate::group_commit::{take_group, GROUP_WINDOW};
     use crate::redis_history::Keys;
     use crate::LogId;
     use redis::cluster_routing::Slot;
@@ -22,28 +21,6 @@ mod grouping {
         for key in [keys.meta, keys.stream, keys.sizes, Keys::token(&id, "00ff")] {
             assert_eq!(Slot::for_key(&key), slot, "{key}");
         }
-    }
-
-    #[test]
-    fn a_call_takes_the_oldest_and_its_group_in_order_and_keeps_the_others_in_order() {
-        let mut waiting = vec![(1, 'a'), (2, 'b'), (1, 'c'), (3, 'd'), (1, 'e'), (1, 'f')];
-        let taken = take_group(&mut waiting, 3, |(group, _)| *group);
-        assert_eq!(taken, [(1, 'a'), (1, 'c'), (1, 'e')]);
-        assert_eq!(waiting, [(2, 'b'), (3, 'd'), (1, 'f')]);
-        let taken = take_group(&mut waiting, 3, |(group, _)| *group);
-        assert_eq!(taken, [(2, 'b')]);
-        assert_eq!(waiting, [(3, 'd'), (1, 'f')]);
-        // One Redis: one group, taken from the front.
-        let mut waiting: Vec<u32> = (0..10).collect();
-        assert_eq!(take_group(&mut waiting, 4, |_| ()), [0, 1, 2, 3]);
-        assert_eq!(waiting, [4, 5, 6, 7, 8, 9]);
-        assert!(take_group(&mut Vec::<u32>::new(), 4, |_| ()).is_empty());
-        // Past the window nothing is looked at, nor reordered.
-        let mut waiting: Vec<usize> = (0..GROUP_WINDOW + 10).map(|i| i % 2).collect();
-        let taken = take_group(&mut waiting, usize::MAX, |group| *group);
-        assert_eq!(taken.len(), GROUP_WINDOW / 2);
-        assert_eq!(waiting.len(), GROUP_WINDOW / 2 + 10);
-        assert!(waiting[..GROUP_WINDOW / 2].iter().all(|group| *group == 1));
     }
 }
 
