@@ -788,4 +788,39 @@ mod script {
         let (stored, _) = events(&mut con, &id).await;
         assert_eq!(stored.len(), 2);
     }
+
+    /// Mutation: a probe that does not ask for `maxmemory-policy` finds
+    /// no eviction policy.
+    #[tokio::test]
+    async fn an_eviction_policy_is_found_at_connect() {
+        for (args, found) in [
+            (&[][..], None),
+            (
+                &["--maxmemory-policy", "allkeys-lru"][..],
+                Some("allkeys-lru"),
+            ),
+            (
+                &["--maxmemory-policy", "volatile-ttl"][..],
+                Some("volatile-ttl"),
+            ),
+        ] {
+            let redis = RedisServer::start_with(Persistence::None, args);
+            let history = RedisHistory::connect(HistoryConfig {
+                url: redis.url(),
+                cluster: false,
+                timeout: PATIENT,
+                retention: 10,
+                retention_bytes: 1 << 20,
+                idle: Duration::from_secs(600),
+                ca_file: None,
+            })
+            .await
+            .expect("redis-server answers");
+            assert_eq!(
+                history.probe_durability().await.as_deref(),
+                found,
+                "{args:?}"
+            );
+        }
+    }
 }

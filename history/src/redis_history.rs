@@ -202,14 +202,35 @@ impl RedisHistory {
     /// primary is asked, and all must have both. Logged once; appends
     /// tell the script (see `append.lua`). Replication is not considered:
     /// a replica promoted after a failover is found by its `run_id`.
-    async fn probe_durability(&self) {
+    ///
+    /// Also whether it may delete a log's keys by itself: the design
+    /// needs `maxmemory-policy noeviction` on every primary (a Redis out
+    /// of memory then refuses appends, answered unavailable, and deletes
+    /// nothing); any other policy may evict a stream or a sizes list under
+    /// memory pressure, and that log then answers [`HistoryError::Damaged`]
+    /// (or [`HistoryError::Gone`], its meta evicted) for good. Logged
+    /// once; the policies found are returned when they are not all
+    /// `noeviction` (`None` when they are).
+    pub(crate) async fn probe_durability(&self) -> Option<String> {
         let appendonly = self.config_get("appendonly").await;
         let appendfsync = self.config_get("appendfsync").await;
+        let policy = self.config_get("maxmemory-policy").await;
         let all = |settings: &[Option<String>], wanted: &str| {
             !settings.is_empty()
                 && settings
                     .iter()
                     .all(|setting| setting.as_deref() == Some(wanted))
+        };
+        let found = |settings: &[Option<String>]| {
+            let settings: Vec<&str> = settings
+                .iter()
+                .map(|setting| setting.as_deref().unwrap_or("unknown"))
+                .collect();
+            if settings.is_empty() {
+                "unknown".to_owned()
+            } else {
+                settings.join(",")
+            }
         };
         let lossless = all(&appendonly, "yes") && all(&appendfsync, "always");
         self.lossless.store(lossless, Ordering::Relaxed);
@@ -218,23 +239,25 @@ impl RedisHistory {
                 "Redis persists every append before answering (appendonly yes, appendfsync always): a restart loses no acknowledged event"
             );
         } else {
-            let found = |settings: Vec<Option<String>>| {
-                let settings: Vec<String> = settings
-                    .into_iter()
-                    .map(|setting| setting.unwrap_or_else(|| "unknown".into()))
-                    .collect();
-                if settings.is_empty() {
-                    "unknown".to_owned()
-                } else {
-                    settings.join(",")
-                }
-            };
             tracing::warn!(
-                appendonly = %found(appendonly),
-                appendfsync = %found(appendfsync),
+                appendonly = %found(&appendonly),
+                appendfsync = %found(&appendfsync),
                 "Redis can lose acknowledged events (it needs appendonly yes and appendfsync always): a session appended to after a Redis restart continues under a new epoch, and a client holding an earlier cursor is answered 409 foreign_epoch"
             );
         }
+        let evicts = if all(&policy, "noeviction") {
+            tracing::info!(
+                "Redis never evicts a log's keys (maxmemory-policy noeviction): out of memory, it refuses appends instead"
+            );
+            None
+        } else {
+            let policy = found(&policy);
+            tracing::warn!(
+                maxmemory_policy = %policy,
+                "Redis may evict a log's keys under memory pressure (it needs maxmemory-policy noeviction): a log whose stream or sizes list is evicted is damaged for good (its appends are refused, a permanent error), and one whose meta is evicted is gone"
+            );
+            Some(policy)
+        };
         let infos = self
             .call(
                 self.connection
@@ -250,6 +273,7 @@ impl RedisHistory {
                 "Redis shows no run_id (INFO server): a Redis restart that lost events is found only by an instance that had seen them"
             );
         }
+        evicts
     }
 
     /// Spawns this history's background tasks (the group commit's flushing
