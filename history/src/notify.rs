@@ -104,13 +104,15 @@ pub struct Seen {
 /// then returns `None`.
 pub struct Notifier {
     /// The followed sessions, shared with the task and the [`Followed`]s.
-    shared: Arc<Shared>,
+    shared: Arc<FollowedSessions>,
     /// The task that holds the subscription: aborted on drop.
     task: AbortHandle,
 }
 
-/// What the notifier's task and the followers share.
-struct Shared {
+/// The sessions followed on this instance, and what the subscription of
+/// their channels must catch up with: shared by the notifier, its task and
+/// the followers.
+struct FollowedSessions {
     /// The sessions followed on this instance: an entry exists exactly as
     /// long as at least one [`Followed`] of its session does (until the
     /// notifier is dropped, which empties it).
@@ -141,7 +143,7 @@ impl Notifier {
     /// # Panics
     /// Outside a tokio runtime.
     pub fn start(client: redis::Client, timeout: Duration) -> Arc<Notifier> {
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(FollowedSessions {
             sessions: Mutex::new(HashMap::new()),
             subscribed: AtomicBool::new(false),
             changed: Mutex::new(HashSet::new()),
@@ -209,7 +211,7 @@ pub struct Followed {
     /// [`Change::Resync`]: a higher one is a resync not yet reported.
     resyncs: u64,
     /// Where its entry lives (to remove it on the last drop).
-    shared: Arc<Shared>,
+    shared: Arc<FollowedSessions>,
 }
 
 /// What [`Followed::changed`] reports.
@@ -269,7 +271,7 @@ impl Drop for Followed {
     }
 }
 
-impl Shared {
+impl FollowedSessions {
     fn lock(&self) -> MutexGuard<'_, HashMap<LogId, Watched>> {
         self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -346,7 +348,7 @@ impl Shared {
 /// The notifier's task: connect, subscribe the followed sessions'
 /// channels, forward, and on any failure wait, reconnect and resync, until
 /// aborted.
-async fn run(shared: Arc<Shared>, client: redis::Client, timeout: Duration) {
+async fn run(shared: Arc<FollowedSessions>, client: redis::Client, timeout: Duration) {
     let mut backoff = BACKOFF_MIN;
     let mut failures = 0u32;
     loop {
@@ -391,7 +393,7 @@ async fn subscribe(client: &redis::Client) -> redis::RedisResult<(PubSubSink, Pu
 /// `timeout`, then resyncs the sessions subscribed; `Err` with why it
 /// failed.
 async fn reconcile(
-    shared: &Shared,
+    shared: &FollowedSessions,
     sink: &mut PubSubSink,
     has: &mut HashSet<LogId>,
     all: bool,
@@ -424,7 +426,7 @@ async fn reconcile(
 
 /// Delivers the subscription's messages until it fails; why it did.
 async fn forward(
-    shared: &Shared,
+    shared: &FollowedSessions,
     mut sink: PubSubSink,
     mut stream: PubSubStream,
     timeout: Duration,
