@@ -1,6 +1,11 @@
 //! A session's emits on this instance on their way into the shared
 //! history: queued, appended in batches (Redis gives them the session's
 //! next seqs), answered, then handed to the session's [`Mirror`].
+//!
+//! At most one drainer task per session appends; it runs among the
+//! server's tracked tasks (a shutdown waits for the appends in flight),
+//! and whatever ends it — an empty queue, or a panic (a bug) — lets the
+//! next emit start another. No emit waits past its deadline for its answer.
 
 use super::mirror::Mirror;
 use super::ReplicaError;
@@ -11,6 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{oneshot, OwnedSemaphorePermit};
 use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
 
 /// Emits appended per script call at most.
 pub(crate) const APPEND_BATCH: usize = 64;
@@ -32,8 +38,12 @@ pub(crate) struct Committer {
     mirror: Arc<Mirror>,
     /// Emits not yet appended, in arrival order.
     queue: Mutex<VecDeque<Queued>>,
-    /// Whether a drainer task runs (at most one).
+    /// Whether a drainer task runs (at most one). Set by whoever starts
+    /// one; cleared by the drainer's [`Draining`] guard when it ends, however
+    /// it ends.
     draining: AtomicBool,
+    /// Where drainers run: the server's tracked tasks.
+    tasks: TaskTracker,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -43,13 +53,21 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Committer {
-    /// The committer of `mirror`'s session.
-    pub(crate) fn new(mirror: Arc<Mirror>) -> Self {
+    /// The committer of `mirror`'s session, whose drainers run tracked by
+    /// `tasks` (the server's lifecycle tasks, which a shutdown waits for).
+    pub(crate) fn new(mirror: Arc<Mirror>, tasks: TaskTracker) -> Self {
         Self {
             mirror,
             queue: Mutex::new(VecDeque::new()),
             draining: AtomicBool::new(false),
+            tasks,
         }
+    }
+
+    /// Emits queued, not yet taken into a batch.
+    #[cfg(test)]
+    pub(crate) fn queued(&self) -> usize {
+        lock(&self.queue).len()
     }
 
     /// Appends `payload` to the history, which gives it the session's next
@@ -58,12 +76,15 @@ impl Committer {
     /// mirror is then stale). The payload fits the ring (the caller
     /// checked). `slot` (the instance's bound on waiting emits) is held
     /// until the emit is appended or dropped. The emit is not appended
-    /// after `deadline`, nor once its caller has stopped waiting.
+    /// after `deadline`, nor once its caller has stopped waiting; nor does
+    /// the emit wait past `deadline` for its answer
+    /// ([`ReplicaError::Expired`]).
     ///
     /// # Errors
     /// The history is unavailable (the event may or may not have been
     /// appended: it is not acknowledged), the deadline passed, the session
-    /// is gone.
+    /// is gone, or the drainer failed (a bug: the emit was dropped
+    /// unanswered).
     pub(crate) async fn emit<H: History>(
         self: &Arc<Self>,
         history: &Arc<H>,
@@ -78,16 +99,36 @@ impl Committer {
             _slot: slot,
             answer,
         });
-        if !self.draining.swap(true, Ordering::AcqRel) {
-            // A task of its own: a client that goes away must not cancel an
-            // append half done for the emits batched with its own.
-            tokio::spawn(Arc::clone(self).drain(Arc::clone(history)));
-        }
-        answered.await.unwrap_or_else(|_| {
-            Err(Arc::new(ReplicaError::Ring(
+        self.start_drainer(history);
+        match tokio::time::timeout_at(deadline, answered).await {
+            Ok(Ok(answer)) => answer,
+            // The drainer ended without answering: it panicked.
+            Ok(Err(_)) => Err(Arc::new(ReplicaError::Ring(
                 "the emit was dropped unanswered".into(),
-            )))
-        })
+            ))),
+            // Still queued (it will not be appended: its answer is gone),
+            // or in a batch whose append outlives it.
+            Err(_) => Err(Arc::new(ReplicaError::Expired)),
+        }
+    }
+
+    /// Starts a drainer task unless one runs. A task of its own: a client
+    /// that goes away must not cancel an append half done for the emits
+    /// batched with its own. Tracked, so a shutdown waits for it.
+    fn start_drainer<H: History>(self: &Arc<Self>, history: &Arc<H>) {
+        if self.draining.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        // Outside a runtime (only while one shuts down, dropping a drainer
+        // unfinished) there is nothing to run it on: the emits still queued
+        // expire at their deadlines.
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                self.tasks
+                    .spawn_on(Arc::clone(self).drain(Arc::clone(history)), &runtime);
+            }
+            Err(_) => self.draining.store(false, Ordering::Release),
+        }
     }
 
     /// The next batch: up to [`APPEND_BATCH`] queued emits whose caller
@@ -116,25 +157,33 @@ impl Committer {
     /// Appends queued emits in batches until the queue is empty, then
     /// writes each batch into the ring.
     async fn drain<H: History>(self: Arc<Self>, history: Arc<H>) {
+        let _draining = Draining {
+            committer: Arc::clone(&self),
+            history: Arc::clone(&history),
+        };
         let id = *self.mirror.id();
         loop {
             let batch = self.next_batch();
             if batch.is_empty() {
-                self.draining.store(false, Ordering::Release);
-                // An emit that queued after the look above and saw
-                // `draining` still set relies on this task: look again.
-                if lock(&self.queue).is_empty() || self.draining.swap(true, Ordering::AcqRel) {
-                    return;
-                }
-                continue;
+                return;
             }
             let payloads: Vec<Bytes> = batch.iter().map(|q| q.payload.clone()).collect();
+            // Sent while any emit of the batch still waits for it: the
+            // others have been answered `Expired` by their own deadlines.
+            let deadline = batch
+                .iter()
+                .map(|queued| queued.deadline)
+                .max()
+                .unwrap_or_else(Instant::now);
             let ring = self.mirror.ring();
             let known = Known {
                 epoch: ring.epoch(),
                 published: ring.published(),
             };
-            match history.append(&id, known, &payloads).await {
+            match history
+                .append(self.mirror.log(), known, &payloads, deadline)
+                .await
+            {
                 Ok((epoch, first)) => {
                     for (seq, queued) in (first..).zip(batch) {
                         let _ = queued.answer.send(Ok((epoch, seq)));
@@ -163,6 +212,26 @@ impl Committer {
                     }
                 }
             }
+        }
+    }
+}
+
+/// Held by the running drainer. When the drainer ends — its queue found
+/// empty, or a panic (a bug) unwinding it, which drops the batch in
+/// flight unanswered — the committer no longer counts it as running, so
+/// the next emit starts another; and emits already queued (one that came
+/// after the drainer's last look saw it still running and relies on it)
+/// get one at once.
+struct Draining<H: History> {
+    committer: Arc<Committer>,
+    history: Arc<H>,
+}
+
+impl<H: History> Drop for Draining<H> {
+    fn drop(&mut self) {
+        self.committer.draining.store(false, Ordering::Release);
+        if !lock(&self.committer.queue).is_empty() {
+            self.committer.start_drainer(&self.history);
         }
     }
 }

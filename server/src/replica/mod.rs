@@ -34,12 +34,14 @@ pub(crate) use mirror::Mirror;
 use crate::history::HistoryError;
 
 /// Why an emit, a catch-up or a mirror step failed.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum ReplicaError {
     /// The history failed (unavailable, gone, corrupt).
     History(HistoryError),
-    /// The emit was not appended: its deadline passed while it waited for
-    /// earlier appends (Redis is slow or unreachable).
+    /// The emit's deadline passed before it was answered (Redis is slow or
+    /// unreachable): not appended if it was still queued behind earlier
+    /// appends; if its own batch was in flight, it may land, unacknowledged
+    /// (as a [`HistoryError::Unavailable`] append may).
     Expired,
     /// The ring is behind the history by more than Redis retains, or the
     /// history continues under another epoch: this replica cannot continue
@@ -85,16 +87,19 @@ impl From<HistoryError> for ReplicaError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::memory::{Faults, MemoryHistory, Stored};
-    use crate::ids::SessionId;
+    use crate::history::memory::{Faults, MemoryFollower, MemoryHistory, Stored};
+    use crate::history::{History, HistoryConfig, Known, LogId, Meta, MetaUpdate, Snapshot};
+    use crate::ids::{log_of, SessionId};
     use bytes::Bytes;
     use gapless::{Config, Ring, SingleWriter, Writer};
     use std::collections::BTreeMap;
     use std::num::NonZeroU64;
-    use std::sync::atomic::Ordering;
-    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
     use std::time::Duration;
+    use tokio::sync::watch;
     use tokio::time::Instant;
+    use tokio_util::task::TaskTracker;
 
     const EPOCH: u64 = 7;
 
@@ -104,6 +109,8 @@ mod tests {
         ring: Arc<Ring<SingleWriter>>,
         mirror: Arc<Mirror>,
         committer: Arc<Committer>,
+        /// Where the committer's drainers run.
+        tasks: TaskTracker,
     }
 
     impl Replica {
@@ -111,39 +118,45 @@ mod tests {
             let epoch = NonZeroU64::new(EPOCH).expect("non-zero");
             let writer = Writer::new(Config::default().events(256).bytes(16 << 10).epoch(epoch));
             let mirror = Arc::new(Mirror::new(id, writer));
+            let tasks = TaskTracker::new();
             Self {
                 id,
                 ring: Arc::clone(mirror.ring()),
-                committer: Arc::new(Committer::new(Arc::clone(&mirror))),
+                committer: Arc::new(Committer::new(Arc::clone(&mirror), tasks.clone())),
                 mirror,
+                tasks,
             }
         }
 
-        async fn emit(
+        fn log(&self) -> LogId {
+            log_of(&self.id)
+        }
+
+        async fn emit<H: History>(
             &self,
-            history: &Arc<MemoryHistory>,
+            history: &Arc<H>,
             payload: Bytes,
             deadline: Instant,
         ) -> Result<(u64, u64), Arc<ReplicaError>> {
             self.committer.emit(history, payload, deadline, None).await
         }
 
-        async fn refresh(&self, history: &MemoryHistory) -> Result<(u64, u64), ReplicaError> {
+        async fn refresh<H: History>(&self, history: &H) -> Result<Meta, ReplicaError> {
             self.mirror.refresh(history).await
         }
     }
 
     /// A session in `history`, and a replica of it (one instance's copy).
     fn session(history: &MemoryHistory) -> Arc<Replica> {
-        let id = SessionId::random().expect("an ID");
+        let replica = Replica::new(SessionId::random().expect("an ID"));
         history.put(
-            id,
+            replica.log(),
             Stored {
                 epoch: EPOCH,
                 ..Stored::default()
             },
         );
-        Arc::new(Replica::new(id))
+        Arc::new(replica)
     }
 
     /// Another instance's replica of the same session.
@@ -159,14 +172,14 @@ mod tests {
         Instant::now() + Duration::from_secs(10)
     }
 
-    async fn emit(replica: &Arc<Replica>, history: &Arc<MemoryHistory>, n: u64) -> Option<u64> {
+    async fn emit<H: History>(replica: &Arc<Replica>, history: &Arc<H>, n: u64) -> Option<u64> {
         emit_at(replica, history, n).await.map(|(_, seq)| seq)
     }
 
     /// [`emit`], with the epoch the emit was appended under.
-    async fn emit_at(
+    async fn emit_at<H: History>(
         replica: &Arc<Replica>,
-        history: &Arc<MemoryHistory>,
+        history: &Arc<H>,
         n: u64,
     ) -> Option<(u64, u64)> {
         replica.emit(history, payload(n), later()).await.ok()
@@ -185,35 +198,173 @@ mod tests {
 
     fn stored_events(history: &MemoryHistory, replica: &Replica) -> Vec<(u64, Bytes)> {
         history
-            .get(&replica.id)
+            .get(&replica.log())
             .expect("stored")
             .events
             .into_iter()
             .collect()
     }
 
-    /// 100 emits at once into a history whose appends take 5 ms (a round
-    /// trip): each gets its own seq, 1..=100 in all, the ring and the
-    /// history hold the same payload at each, and the emits that queued
-    /// during an append went in one batch (far fewer calls than emits).
+    /// Polls `condition` until it holds, for at most 10 s of real time (the
+    /// loop is the synchronisation; the bound only turns a hang into a
+    /// failure).
+    async fn until(what: &str, mut condition: impl FnMut() -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !condition() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what}: not within 10 s"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await; // polling, bounded
+        }
+    }
+
+    /// The fake, with what it cannot do by itself: appends held at a gate
+    /// (each batch's length recorded as it enters), an append that panics,
+    /// appends that are never answered, and reads that see the history as
+    /// it was when they began but answer `read_latency` later (a round
+    /// trip that an append may overtake).
+    struct Hooked {
+        inner: MemoryHistory,
+        /// Appends pass while it is `true`.
+        gate: watch::Sender<bool>,
+        /// The length of each batch that reached [`History::append`], in
+        /// order.
+        batches: Mutex<Vec<usize>>,
+        /// The next append panics (once).
+        panic_once: AtomicBool,
+        /// Appends never answer.
+        stall: AtomicBool,
+        /// How late a read answers.
+        read_latency: Duration,
+    }
+
+    impl Hooked {
+        fn new(inner: MemoryHistory) -> Self {
+            Self {
+                inner,
+                gate: watch::channel(true).0,
+                batches: Mutex::new(Vec::new()),
+                panic_once: AtomicBool::new(false),
+                stall: AtomicBool::new(false),
+                read_latency: Duration::ZERO,
+            }
+        }
+
+        fn with_read_latency(mut self, latency: Duration) -> Self {
+            self.read_latency = latency;
+            self
+        }
+
+        fn batches(&self) -> Vec<usize> {
+            self.batches.lock().expect("batches").clone()
+        }
+
+        fn reads(&self) -> usize {
+            self.inner.reads.load(Ordering::Relaxed)
+        }
+    }
+
+    impl History for Hooked {
+        type Follower = MemoryFollower;
+
+        fn config(&self) -> &HistoryConfig {
+            self.inner.config()
+        }
+
+        async fn create(&self, id: &LogId, epoch: u64, meta: &Meta) -> Result<bool, HistoryError> {
+            self.inner.create(id, epoch, meta).await
+        }
+
+        async fn append(
+            &self,
+            id: &LogId,
+            known: Known,
+            payloads: &[Bytes],
+            deadline: Instant,
+        ) -> Result<(u64, u64), HistoryError> {
+            self.batches.lock().expect("batches").push(payloads.len());
+            let mut gate = self.gate.subscribe();
+            let _ = gate.wait_for(|open| *open).await;
+            assert!(
+                !self.panic_once.swap(false, Ordering::AcqRel),
+                "an append that panics (injected)"
+            );
+            if self.stall.load(Ordering::Acquire) {
+                std::future::pending::<()>().await;
+            }
+            self.inner.append(id, known, payloads, deadline).await
+        }
+
+        async fn after(
+            &self,
+            id: &LogId,
+            after: u64,
+            max_bytes: usize,
+        ) -> Result<Option<Snapshot>, HistoryError> {
+            let read = self.inner.after(id, after, max_bytes).await;
+            tokio::time::sleep(self.read_latency).await;
+            read
+        }
+
+        fn follow(&self, id: &LogId) -> MemoryFollower {
+            self.inner.follow(id)
+        }
+
+        async fn complete(&self, id: &LogId, grace: Duration) -> Result<bool, HistoryError> {
+            self.inner.complete(id, grace).await
+        }
+
+        async fn delete(&self, id: &LogId) -> Result<bool, HistoryError> {
+            self.inner.delete(id).await
+        }
+
+        async fn update_meta(
+            &self,
+            id: &LogId,
+            update: &MetaUpdate,
+        ) -> Result<gapless_history::Updated, HistoryError> {
+            self.inner.update_meta(id, update).await
+        }
+
+        async fn put_token(
+            &self,
+            id: &LogId,
+            name: &str,
+            value: &str,
+            ttl: Duration,
+        ) -> Result<(), HistoryError> {
+            self.inner.put_token(id, name, value, ttl).await
+        }
+
+        async fn take_token(&self, id: &LogId, name: &str) -> Result<Option<String>, HistoryError> {
+            self.inner.take_token(id, name).await
+        }
+
+        async fn has_token(&self, id: &LogId, name: &str) -> Result<bool, HistoryError> {
+            self.inner.has_token(id, name).await
+        }
+    }
+
+    /// 100 emits at once: the first append is held until the other 99
+    /// have queued behind it, so the batching is exact — the first emit
+    /// alone, then [`APPEND_BATCH`](committer::APPEND_BATCH) (64), then
+    /// the 35 left. Each emit gets its own seq, 1..=100 in all, and the
+    /// ring and the history hold the same payload at each.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_emits_are_appended_in_batches_then_numbered_alike_everywhere() {
-        let history =
-            Arc::new(MemoryHistory::new(1000, 1 << 20).with_latency(Duration::from_millis(5)));
-        let replica = session(&history);
-        // All 100 are spawned before any emits: a test thread descheduled
-        // while spawning would otherwise trickle them in, in small batches.
-        let start = Arc::new(tokio::sync::Barrier::new(100));
-        let emits: Vec<_> = (0..100)
-            .map(|n| {
-                let (replica, history) = (Arc::clone(&replica), Arc::clone(&history));
-                let start = Arc::clone(&start);
-                tokio::spawn(async move {
-                    start.wait().await;
-                    (n, emit(&replica, &history, n).await)
-                })
-            })
-            .collect();
+        let history = Arc::new(Hooked::new(MemoryHistory::new(1000, 1 << 20)));
+        history.gate.send_replace(false);
+        let replica = session(&history.inner);
+        let spawn_emit = |n: u64| {
+            let (replica, history) = (Arc::clone(&replica), Arc::clone(&history));
+            tokio::spawn(async move { (n, emit(&replica, &history, n).await) })
+        };
+        let mut emits = vec![spawn_emit(0)];
+        until("the first append", || history.batches() == [1]).await;
+        emits.extend((1..100).map(spawn_emit));
+        until("99 emits queued", || replica.committer.queued() == 99).await;
+        history.gate.send_replace(true);
         let mut seqs = BTreeMap::new();
         for emit in emits {
             let (n, result) = emit.await.expect("emit task");
@@ -224,9 +375,10 @@ mod tests {
             seqs.keys().copied().collect::<Vec<_>>(),
             (1..=100).collect::<Vec<_>>()
         );
+        assert_eq!(history.batches(), [1, 64, 35], "appended batches");
         replica.refresh(history.as_ref()).await.expect("refresh");
         let in_ring = ring_events(&replica, 0);
-        assert_eq!(in_ring, stored_events(&history, &replica));
+        assert_eq!(in_ring, stored_events(&history.inner, &replica));
         for (seq, bytes) in in_ring {
             assert_eq!(
                 bytes,
@@ -234,11 +386,74 @@ mod tests {
                 "seq {seq} carries another emit's payload"
             );
         }
-        let appends = history.appends.load(Ordering::Relaxed);
+    }
+
+    /// A drainer that panics (a bug in an append): its emit is answered
+    /// with an error, not left waiting, and the next emit starts a new
+    /// drainer and is appended and answered.
+    #[tokio::test(start_paused = true)]
+    async fn a_drainer_that_panics_fails_its_emit_and_the_next_emit_is_appended() {
+        let history = Arc::new(Hooked::new(MemoryHistory::new(1000, 1 << 20)));
+        let replica = session(&history.inner);
+        history.panic_once.store(true, Ordering::Release);
+        let failed = replica.emit(&history, payload(1), later()).await;
         assert!(
-            appends <= 10,
-            "{appends} append calls for 100 concurrent emits"
+            matches!(
+                failed.as_ref().map_err(|e| &**e),
+                Err(ReplicaError::Ring(_))
+            ),
+            "{failed:?}"
         );
+        let next = replica.emit(&history, payload(2), later()).await;
+        assert_eq!(next.ok(), Some((EPOCH, 1)), "appended after the panic");
+        assert_eq!(stored_events(&history.inner, &replica), [(1, payload(2))]);
+    }
+
+    /// An emit whose append is never answered returns by its deadline,
+    /// answered `Expired`.
+    #[tokio::test(start_paused = true)]
+    async fn an_emit_whose_append_never_answers_returns_by_its_deadline() {
+        let history = Arc::new(Hooked::new(MemoryHistory::new(1000, 1 << 20)));
+        let replica = session(&history.inner);
+        history.stall.store(true, Ordering::Release);
+        let start = Instant::now();
+        let deadline = start + Duration::from_secs(1);
+        let expired = tokio::time::timeout(
+            Duration::from_secs(60),
+            replica.emit(&history, payload(1), deadline),
+        )
+        .await
+        .expect("the emit returned");
+        assert!(
+            matches!(
+                expired.as_ref().map_err(|e| &**e),
+                Err(ReplicaError::Expired)
+            ),
+            "{expired:?}"
+        );
+        assert_eq!(Instant::now(), deadline, "answered at its deadline");
+        assert_eq!(history.batches(), [1], "its append was sent");
+    }
+
+    /// Drainers run among the tracked tasks (the server's lifecycle's), so
+    /// a shutdown waits for an append in flight.
+    #[tokio::test]
+    async fn drainers_are_tracked_tasks() {
+        let history = Arc::new(Hooked::new(MemoryHistory::new(1000, 1 << 20)));
+        history.gate.send_replace(false);
+        let replica = session(&history.inner);
+        let emitted = {
+            let (replica, history) = (Arc::clone(&replica), Arc::clone(&history));
+            tokio::spawn(async move { emit(&replica, &history, 1).await })
+        };
+        until("the append", || history.batches() == [1]).await;
+        assert_eq!(replica.tasks.len(), 1, "the drainer is tracked");
+        replica.tasks.close();
+        history.gate.send_replace(true);
+        tokio::time::timeout(Duration::from_secs(10), replica.tasks.wait())
+            .await
+            .expect("the drainer ends");
+        assert_eq!(emitted.await.expect("emit task"), Some(1));
     }
 
     /// Two instances emit into one session in turn (a round-robin
@@ -311,7 +526,7 @@ mod tests {
             ),
             "{expired:?}"
         );
-        assert_eq!(history.get(&replica.id).expect("stored").published, 0);
+        assert_eq!(history.get(&replica.log()).expect("stored").published, 0);
         assert_eq!(history.appends.load(Ordering::Relaxed), 0);
     }
 
@@ -340,8 +555,8 @@ mod tests {
     /// A copy that is behind by more than the history retains is stale:
     /// refreshing it reports where it stopped, never mirrors the rest at
     /// the wrong seqs. One within the retention catches up, with the
-    /// history's cursors; one whose history moved to another epoch is
-    /// stale too.
+    /// session's meta as the history holds it; one whose history moved to
+    /// another epoch is stale too.
     #[tokio::test]
     async fn refresh_catches_up_within_the_retention_and_is_stale_beyond() {
         let history = Arc::new(MemoryHistory::new(4, 1 << 20));
@@ -365,23 +580,127 @@ mod tests {
 
         let near_writer = session(&history);
         let near = elsewhere(&near_writer);
-        let mut stored = history.get(&near.id).expect("stored");
-        stored.acked = 1;
-        stored.sent = 2;
-        history.put(near.id, stored);
+        let mut stored = history.get(&near.log()).expect("stored");
+        stored.meta = Meta::from([("acked".into(), "1".into()), ("sent".into(), "2".into())]);
+        history.put(near.log(), stored.clone());
         for n in 1..=3 {
             emit(&near_writer, &history, n).await.expect("accepted");
         }
-        assert_eq!(near.refresh(history.as_ref()).await.ok(), Some((1, 2)));
+        assert_eq!(near.refresh(history.as_ref()).await.ok(), Some(stored.meta));
         assert_eq!(ring_events(&near, 0), stored_events(&history, &near));
 
-        let mut stored = history.get(&near.id).expect("stored");
+        let mut stored = history.get(&near.log()).expect("stored");
         stored.epoch = EPOCH + 1;
-        history.put(near.id, stored);
+        history.put(near.log(), stored);
         assert!(matches!(
             near.refresh(history.as_ref()).await,
             Err(ReplicaError::Stale { .. })
         ));
+    }
+
+    /// Ten refreshes of one copy at once against a history whose reads
+    /// take 100 ms: they share the catch-ups instead of each queueing for
+    /// its own. The first runs one (two reads: the events, then the check
+    /// that nothing followed); the nine that came while it read share the
+    /// next one (one read) — 3 reads and 300 ms in all, not a catch-up
+    /// each (11 reads, 1.1 s).
+    #[tokio::test(start_paused = true)]
+    async fn concurrent_refreshes_share_one_catch_up() {
+        let latency = Duration::from_millis(100);
+        let history =
+            Arc::new(Hooked::new(MemoryHistory::new(1000, 1 << 20)).with_read_latency(latency));
+        let writer = session(&history.inner);
+        let copy = elsewhere(&writer);
+        for n in 1..=5 {
+            emit(&writer, &history, n).await.expect("accepted");
+        }
+        let (reads, start) = (history.reads(), Instant::now());
+        let refreshes: Vec<_> = (0..10)
+            .map(|_| {
+                let (copy, history) = (Arc::clone(&copy), Arc::clone(&history));
+                tokio::spawn(async move { copy.refresh(history.as_ref()).await.map(drop) })
+            })
+            .collect();
+        for refresh in refreshes {
+            refresh.await.expect("refresh task").expect("a refresh");
+        }
+        assert_eq!(history.reads() - reads, 3, "reads for 10 refreshes");
+        assert!(
+            start.elapsed() <= 3 * latency,
+            "10 refreshes took {:?}",
+            start.elapsed()
+        );
+        assert_eq!(copy.ring.published(), 5);
+    }
+
+    /// A refresh that comes while a catch-up is reading is not answered by
+    /// it: that catch-up read the history before an append this refresh's
+    /// caller may rely on (here: event 6, appended between the two). It
+    /// gets a catch-up that began after it came, and sees event 6.
+    #[tokio::test(start_paused = true)]
+    async fn a_refresh_is_answered_by_a_catch_up_that_began_after_it_came() {
+        let latency = Duration::from_millis(100);
+        let history =
+            Arc::new(Hooked::new(MemoryHistory::new(1000, 1 << 20)).with_read_latency(latency));
+        let writer = session(&history.inner);
+        let copy = elsewhere(&writer);
+        for n in 1..=5 {
+            emit(&writer, &history, n).await.expect("accepted");
+        }
+        copy.refresh(history.as_ref()).await.expect("in sync");
+        let refresh = || {
+            let (copy, history) = (Arc::clone(&copy), Arc::clone(&history));
+            tokio::spawn(async move {
+                let result = copy.refresh(history.as_ref()).await.map(drop);
+                (result, copy.ring.published())
+            })
+        };
+        let first = refresh();
+        tokio::time::sleep(latency / 2).await;
+        assert_eq!(emit(&writer, &history, 6).await, Some(6));
+        let second = refresh();
+        let (result, published) = second.await.expect("refresh task");
+        result.expect("a refresh");
+        assert_eq!(published, 6, "the refresh missed an append made before it");
+        first.await.expect("refresh task").0.expect("a refresh");
+    }
+
+    /// Refreshes against a history that does not answer (a paused Redis)
+    /// all return by the history's deadline (1 s), answered unavailable
+    /// (a `503`): none waits for another's catch-up past it.
+    #[tokio::test(start_paused = true)]
+    async fn refreshes_wait_no_longer_than_the_history_deadline() {
+        let history = Arc::new(
+            Hooked::new(MemoryHistory::new(1000, 1 << 20))
+                .with_read_latency(Duration::from_secs(3600)),
+        );
+        let copy = session(&history.inner);
+        let timeout = history.config().timeout;
+        let start = Instant::now();
+        let refreshes: Vec<_> = (0..5)
+            .map(|_| {
+                let (copy, history) = (Arc::clone(&copy), Arc::clone(&history));
+                tokio::spawn(async move {
+                    tokio::time::timeout(Duration::from_secs(60), copy.refresh(history.as_ref()))
+                        .await
+                        .map(|result| result.map(drop))
+                })
+            })
+            .collect();
+        for refresh in refreshes {
+            let result = refresh
+                .await
+                .expect("refresh task")
+                .expect("no unbounded wait");
+            assert!(
+                matches!(
+                    result,
+                    Err(ReplicaError::History(HistoryError::Unavailable(_)))
+                ),
+                "{result:?}"
+            );
+        }
+        assert!(start.elapsed() <= timeout, "took {:?}", start.elapsed());
     }
 
     /// The fake keeps a session within the ring's bytes as the script
@@ -397,7 +716,7 @@ mod tests {
                 .await
                 .expect("accepted");
         }
-        let stored = history.get(&replica.id).expect("stored");
+        let stored = history.get(&replica.log()).expect("stored");
         let bytes: usize = stored.events.values().map(Bytes::len).sum();
         assert!(bytes <= 100, "{bytes} bytes retained");
         assert_eq!(stored.events.keys().last(), Some(&10));
@@ -406,7 +725,7 @@ mod tests {
             .emit(&history, big, later())
             .await
             .expect("accepted");
-        let stored = history.get(&replica.id).expect("stored");
+        let stored = history.get(&replica.log()).expect("stored");
         assert_eq!(
             stored.events.keys().collect::<Vec<_>>(),
             vec![&11],
@@ -423,20 +742,13 @@ mod tests {
         let follower = elsewhere(&writer);
         follower
             .mirror
-            .follow(&history, history.announcements(), |error| {
+            .follow(&history, history.follow(&follower.log()), |error| {
                 panic!("stale: {error}")
             });
         for n in 1..=10 {
             emit(&writer, &history, n).await.expect("accepted");
         }
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while follower.ring.published() < 10 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the follower did not mirror"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await; // polling, bounded
-        }
+        until("the follower mirrored", || follower.ring.published() >= 10).await;
         assert_eq!(
             ring_events(&follower, 0),
             stored_events(&history, &follower)
@@ -460,7 +772,7 @@ mod tests {
         }
         other.refresh(history.as_ref()).await.expect("refresh");
         let before = ring_events(&replica, 0);
-        history.restart_losing(&replica.id, 30);
+        history.restart_losing(&replica.log(), 30);
 
         let mut new_epoch = None;
         for n in 1..=60 {
@@ -486,7 +798,7 @@ mod tests {
             Some((new_epoch, 61)),
             "an instance that saw 50 under the old epoch does not move the new one"
         );
-        let stored = history.get(&replica.id).expect("stored");
+        let stored = history.get(&replica.log()).expect("stored");
         assert_eq!((stored.epoch, stored.published), (new_epoch, 61));
         assert_eq!(stored.events.get(&31), Some(&payload(131)));
     }
@@ -501,7 +813,7 @@ mod tests {
         for n in 1..=5 {
             emit(&replica, &history, n).await.expect("accepted");
         }
-        history.restart_losing(&replica.id, 3);
+        history.restart_losing(&replica.log(), 3);
         let (epoch, seq) = emit_at(&replica, &history, 6).await.expect("accepted");
         assert_ne!(epoch, EPOCH);
         assert_eq!(seq, 1);
@@ -523,7 +835,7 @@ mod tests {
             for n in 1..=5 {
                 emit(&replica, &history, n).await.expect("accepted");
             }
-            history.restart_losing(&replica.id, 5);
+            history.restart_losing(&replica.log(), 5);
             let fresh = elsewhere(&replica);
             let (epoch, seq) = emit_at(&fresh, &history, 6).await.expect("accepted");
             if lossless {
