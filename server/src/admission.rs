@@ -13,6 +13,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 /// A total that may not go past its limit (live sessions, bytes of ring).
 #[derive(Debug)]
 pub(crate) struct Bounded {
+    /// Called as each [`Held`] is given back, right before it is: tests
+    /// watch the order in which guards give back.
+    #[cfg(test)]
+    on_release: ReleaseHook,
     /// The most that may be held at once.
     limit: u64,
     /// What the live [`Held`] guards hold together; never above `limit`
@@ -24,9 +28,21 @@ pub(crate) struct Bounded {
 impl Bounded {
     pub(crate) fn new(limit: u64) -> Arc<Self> {
         Arc::new(Self {
+            #[cfg(test)]
+            on_release: ReleaseHook::default(),
             limit,
             held: AtomicU64::new(0),
         })
+    }
+
+    /// Calls `hook` as each share is given back, before it is.
+    #[cfg(test)]
+    pub(crate) fn on_release(&self, hook: impl Fn() + Send + 'static) {
+        *self
+            .on_release
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(Box::new(hook));
     }
 
     /// Takes `amount`, or nothing if that would pass the limit.
@@ -63,7 +79,29 @@ pub(crate) struct Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
+        #[cfg(test)]
+        if let Some(hook) = &*self
+            .from
+            .on_release
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+        {
+            hook();
+        }
         self.from.held.fetch_sub(self.amount, Ordering::AcqRel);
+    }
+}
+
+/// [`Bounded::on_release`]'s hook (tests only).
+#[cfg(test)]
+#[derive(Default)]
+struct ReleaseHook(Mutex<Option<Box<dyn Fn() + Send>>>);
+
+#[cfg(test)]
+impl std::fmt::Debug for ReleaseHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReleaseHook")
     }
 }
 

@@ -10,6 +10,7 @@ use gapless::{SingleWriter, Writer};
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use tokio::sync::watch;
+use tokio_util::task::TaskTracker;
 
 /// One live session and what its streams and the idle reaper watch.
 pub(crate) struct Entry {
@@ -24,6 +25,9 @@ pub(crate) struct Entry {
     /// With a shared history: this instance's emits on their way into it
     /// (made at the first emit here; never without one).
     pub(crate) committer: OnceLock<Arc<Committer>>,
+    /// The server's tracked tasks, which the committer's drainers join (a
+    /// shutdown waits for the appends in flight).
+    tasks: TaskTracker,
     /// Bumped whenever the session's attachment changes or it ends, so a
     /// stream that is no longer current (an SSE stream superseded by a
     /// WebSocket, a deleted session) wakes and ends at once.
@@ -77,19 +81,22 @@ impl Entry {
 
 /// What a session holds against the server's limits, given back when it
 /// ends.
+///
+/// The order of giving back is the invariant, so it is written out in
+/// [`Drop`] rather than left to the fields' declaration order: the session
+/// slot goes back LAST, so a create that takes it finds every other limit
+/// of this session already released. (Session slot first let a concurrent
+/// create take it and then trip the creating client's limit, still held: a
+/// spurious 429 in the load run.)
 #[derive(Debug)]
 pub(crate) struct Admission {
-    // Fields drop in declaration order, and the order is the invariant:
-    // the session slot goes back LAST, so a create that takes it finds
-    // every other limit of this session already released. (Session slot
-    // first let a concurrent create take it and then trip the creating
-    // client's limit, still held: a spurious 429 in the load run.)
-    /// The creating client's slot (`None`: not counted per client).
-    _client: Option<ClientSlot>,
-    /// The ring's footprint of the memory budget.
-    _memory: Held,
-    /// One of `max_sessions`.
-    _session: Held,
+    /// The creating client's slot (`None`: not counted per client, or
+    /// given back).
+    client: Option<ClientSlot>,
+    /// The ring's footprint of the memory budget (`None`: given back).
+    memory: Option<Held>,
+    /// One of `max_sessions` (`None`: given back).
+    session: Option<Held>,
 }
 
 impl Admission {
@@ -97,22 +104,33 @@ impl Admission {
     /// creating client's slot (`None`: not counted per client).
     pub(crate) fn new(session: Held, memory: Held, client: Option<ClientSlot>) -> Self {
         Self {
-            _client: client,
-            _memory: memory,
-            _session: session,
+            client,
+            memory: Some(memory),
+            session: Some(session),
         }
+    }
+}
+
+impl Drop for Admission {
+    /// The client's slot, then the memory, then the session slot.
+    fn drop(&mut self) {
+        drop(self.client.take());
+        drop(self.memory.take());
+        drop(self.session.take());
     }
 }
 
 impl Entry {
     /// A session `id` over `writer`'s ring, idle since `now_ms`, not yet
-    /// admitted.
+    /// admitted; its committer's drainers (with a shared history) run
+    /// tracked by `tasks`.
     pub(crate) fn new(
         id: SessionId,
         writer: Writer,
         options: SessionOptions,
         publish_key: Option<PublishKey>,
         now_ms: u64,
+        tasks: TaskTracker,
     ) -> Self {
         let session = Session::new(std::sync::Arc::clone(writer.ring()), options);
         Self {
@@ -120,6 +138,7 @@ impl Entry {
             session,
             mirror: Arc::new(Mirror::new(id, writer)),
             committer: OnceLock::new(),
+            tasks,
             publish_key,
             admission: Mutex::new(None),
             changed: watch::channel(0).0,
@@ -131,6 +150,42 @@ impl Entry {
     /// The committer of this session's emits on this instance.
     pub(crate) fn committer(&self) -> &Arc<Committer> {
         self.committer
-            .get_or_init(|| Arc::new(Committer::new(Arc::clone(&self.mirror))))
+            .get_or_init(|| Arc::new(Committer::new(Arc::clone(&self.mirror), self.tasks.clone())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Admission;
+    use crate::admission::{Bounded, PerClient};
+    use crate::client_addr::ClientKey;
+    use std::sync::{Arc, Mutex};
+
+    /// An ended session gives its session slot back last: by the time a
+    /// create could take that slot, the creating client's slot and the
+    /// ring's memory are free again (seen from inside the session slot's
+    /// release).
+    #[test]
+    fn an_admission_gives_the_session_slot_back_last() {
+        let (sessions, memory, clients) = (Bounded::new(1), Bounded::new(100), PerClient::new(1));
+        let client = ClientKey::of("192.0.2.1".parse().expect("an address"));
+        let admission = Admission::new(
+            sessions.take(1).expect("a session slot"),
+            memory.take(10).expect("memory"),
+            Some(clients.take(client).expect("a client slot")),
+        );
+        let seen = Arc::new(Mutex::new(None));
+        sessions.on_release({
+            let (seen, memory, clients) =
+                (Arc::clone(&seen), Arc::clone(&memory), Arc::clone(&clients));
+            move || *seen.lock().expect("seen") = Some((clients.held_by(client), memory.held()))
+        });
+        drop(admission);
+        assert_eq!(
+            *seen.lock().expect("seen"),
+            Some((0, 0)),
+            "(client slots, memory) still held as the session slot was given back"
+        );
+        assert_eq!(sessions.held(), 0);
     }
 }
