@@ -740,6 +740,70 @@ mod script {
         }
     }
 
+    /// A stream that retains no event but is there (a retention of no
+    /// events trims every one; the key stays) is checked by its top ID:
+    /// at `published` it takes the next append, past it (a stray entry
+    /// added and deleted) the log is damaged, nothing written.
+    #[tokio::test]
+    async fn an_empty_stream_is_checked_by_its_top_id() {
+        let redis = RedisServer::start(Persistence::None);
+        let config = HistoryConfig {
+            url: redis.url(),
+            cluster: false,
+            timeout: PATIENT,
+            retention: 0,
+            retention_bytes: 1 << 20,
+            idle: Duration::from_secs(600),
+            ca_file: None,
+        };
+        let history = RedisHistory::connect(config.clone())
+            .await
+            .expect("redis-server answers");
+        let client = ::redis::Client::open(redis.url()).expect("a URL");
+        let connection = Connection::Single(
+            ConnectionManager::new(client.clone())
+                .await
+                .expect("a connection"),
+        );
+        let mut con = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("a probe connection");
+        let script = Script::new(crate::APPEND_SCRIPT);
+        let id = LogId::random().expect("the OS random source");
+        assert!(history
+            .create(&id, EPOCH, &Meta::new())
+            .await
+            .expect("created"));
+        let keys = Keys::of(&id);
+        for published in [0, 2] {
+            let answers = commit(
+                &connection,
+                &script,
+                &config,
+                false,
+                &batches(&[id], published, 2),
+            )
+            .await
+            .expect("a call");
+            let answer = answers.into_iter().next().expect("one answer");
+            assert_eq!(answer.expect("appended"), (EPOCH, published + 1));
+            assert_eq!(cmd::<i64>(&mut con, &["XLEN", &keys.stream]).await, 0);
+            assert_eq!(cmd::<i64>(&mut con, &["EXISTS", &keys.stream]).await, 1);
+        }
+        cmd::<String>(&mut con, &["XADD", &keys.stream, "0-50", "d", "stray"]).await;
+        cmd::<i64>(&mut con, &["XDEL", &keys.stream, "0-50"]).await;
+        let before = state(&mut con, &id).await;
+        let answers = commit(&connection, &script, &config, false, &batches(&[id], 4, 1))
+            .await
+            .expect("a call");
+        match answers.into_iter().next().expect("one answer") {
+            Err(HistoryError::Damaged(what)) => assert!(what.contains("0-50"), "{what}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(state(&mut con, &id).await, before);
+    }
+
     /// A session twice in one call (the flushing task never sends one so,
     /// see [`take_group`]): the later batch is refused, nothing of it
     /// written, and the first appended once.
