@@ -166,7 +166,8 @@ local function plan(meta, stream, sizes, known_epoch, known, new_epoch, payloads
     local size
     if dropped < p.retained then
       if dropped >= #read then
-        local more = math.max(total - max_events - dropped, 16)
+        -- What the events over the limit need, then doubling: O(dropped).
+        local more = math.max(total - max_events - dropped, #read, 1)
         local from = #read
         local to = math.min(from + more, p.retained) - 1
         for _, text in ipairs(redis.call('LRANGE', sizes, from, to)) do
