@@ -4,13 +4,13 @@
 
 use crate::admission::{ClientSlot, Held};
 use crate::ids::{same_key, PublishKey, SessionId};
-use crate::replica::{Committer, Mirror};
+use crate::replica::{Committer, Drainers, Mirror};
+use crate::state::Lifecycle;
 use gapless::session::{Session, SessionOptions};
 use gapless::{SingleWriter, Writer};
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use tokio::sync::watch;
-use tokio_util::task::TaskTracker;
 
 /// One live session and what its streams and the idle reaper watch.
 pub(crate) struct Entry {
@@ -25,9 +25,9 @@ pub(crate) struct Entry {
     /// With a shared history: this instance's emits on their way into it
     /// (made at the first emit here; never without one).
     pub(crate) committer: OnceLock<Arc<Committer>>,
-    /// The server's tracked tasks, which the committer's drainers join (a
-    /// shutdown waits for the appends in flight).
-    tasks: TaskTracker,
+    /// Where the committer's drainers run: the server's tracked tasks (a
+    /// shutdown waits for the appends in flight, up to its hard stop).
+    drainers: Drainers,
     /// Bumped whenever the session's attachment changes or it ends, so a
     /// stream that is no longer current (an SSE stream superseded by a
     /// WebSocket, a deleted session) wakes and ends at once.
@@ -123,14 +123,14 @@ impl Drop for Admission {
 impl Entry {
     /// A session `id` over `writer`'s ring, idle since `now_ms`, not yet
     /// admitted; its committer's drainers (with a shared history) run
-    /// tracked by `tasks`.
+    /// among `lifecycle`'s tasks, dropped at its hard stop.
     pub(crate) fn new(
         id: SessionId,
         writer: Writer,
         options: SessionOptions,
         publish_key: Option<PublishKey>,
         now_ms: u64,
-        tasks: TaskTracker,
+        lifecycle: &Lifecycle,
     ) -> Self {
         let session = Session::new(std::sync::Arc::clone(writer.ring()), options);
         Self {
@@ -138,7 +138,7 @@ impl Entry {
             session,
             mirror: Arc::new(Mirror::new(id, writer)),
             committer: OnceLock::new(),
-            tasks,
+            drainers: Drainers::new(lifecycle.tasks.clone(), lifecycle.hard_stop.subscribe()),
             publish_key,
             admission: Mutex::new(None),
             changed: watch::channel(0).0,
@@ -149,8 +149,12 @@ impl Entry {
 
     /// The committer of this session's emits on this instance.
     pub(crate) fn committer(&self) -> &Arc<Committer> {
-        self.committer
-            .get_or_init(|| Arc::new(Committer::new(Arc::clone(&self.mirror), self.tasks.clone())))
+        self.committer.get_or_init(|| {
+            Arc::new(Committer::new(
+                Arc::clone(&self.mirror),
+                self.drainers.clone(),
+            ))
+        })
     }
 }
 

@@ -169,7 +169,7 @@ impl ServerState {
                             options,
                             publish_key,
                             self.now_ms(),
-                            self.lifecycle.tasks.clone(),
+                            &self.lifecycle,
                         )
                     })
                 })
@@ -325,7 +325,7 @@ impl ServerState {
             self.session_options(),
             loaded.publish_key,
             self.now_ms(),
-            self.lifecycle.tasks.clone(),
+            &self.lifecycle,
         );
         entry.session.raise_cursors(loaded.acked, loaded.sent);
         Ok(entry)

@@ -3,23 +3,60 @@
 //! next seqs), answered, then handed to the session's [`Mirror`].
 //!
 //! At most one drainer task per session appends; it runs among the
-//! server's tracked tasks (a shutdown waits for the appends in flight),
-//! and whatever ends it — an empty queue, or a panic (a bug) — lets the
-//! next emit start another. No emit waits past its deadline for its answer.
+//! server's tracked tasks ([`Drainers`]: a shutdown waits for the appends
+//! in flight, until its hard stop drops them), and whatever ends it — an
+//! empty queue, or a panic (a bug) — lets the next emit start another. No
+//! emit waits past its deadline for its answer.
 
 use super::mirror::Mirror;
 use super::ReplicaError;
 use crate::history::{History, Known};
+use crate::state::turned_true;
 use bytes::Bytes;
 use std::collections::VecDeque;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use tokio::sync::{oneshot, OwnedSemaphorePermit};
+use tokio::runtime::Handle;
+use tokio::sync::{oneshot, watch, OwnedSemaphorePermit};
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
 /// Emits appended per script call at most.
 pub(crate) const APPEND_BATCH: usize = 64;
+
+/// Where drainers run: the server's lifecycle tasks, which a shutdown
+/// waits for during its grace period, each dropped at the hard stop (an
+/// append to a Redis that does not answer would otherwise hold the
+/// shutdown for the append's whole deadline).
+#[derive(Clone, Debug)]
+pub(crate) struct Drainers {
+    /// The server's tracked tasks.
+    tasks: TaskTracker,
+    /// Turns true at the hard stop.
+    hard_stop: watch::Receiver<bool>,
+}
+
+impl Drainers {
+    /// Drainers tracked by `tasks`, dropped once `hard_stop` turns true.
+    pub(crate) fn new(tasks: TaskTracker, hard_stop: watch::Receiver<bool>) -> Self {
+        Self { tasks, hard_stop }
+    }
+
+    /// Runs `drainer` on `runtime`, tracked, until it ends or the hard
+    /// stop comes (a drainer started after the hard stop never runs).
+    fn spawn(&self, drainer: impl Future<Output = ()> + Send + 'static, runtime: &Handle) {
+        let mut hard_stop = self.hard_stop.clone();
+        let drainer = async move {
+            tokio::select! {
+                biased;
+                () = turned_true(&mut hard_stop) => {}
+                () = drainer => {}
+            }
+        };
+        self.tasks.spawn_on(drainer, runtime);
+    }
+}
 
 /// An emit waiting for the drainer.
 struct Queued {
@@ -42,8 +79,8 @@ pub(crate) struct Committer {
     /// one; cleared by the drainer's [`Draining`] guard when it ends, however
     /// it ends.
     draining: AtomicBool,
-    /// Where drainers run: the server's tracked tasks.
-    tasks: TaskTracker,
+    /// Where drainers run.
+    drainers: Drainers,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -53,14 +90,14 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Committer {
-    /// The committer of `mirror`'s session, whose drainers run tracked by
-    /// `tasks` (the server's lifecycle tasks, which a shutdown waits for).
-    pub(crate) fn new(mirror: Arc<Mirror>, tasks: TaskTracker) -> Self {
+    /// The committer of `mirror`'s session, whose drainers run among
+    /// `drainers`.
+    pub(crate) fn new(mirror: Arc<Mirror>, drainers: Drainers) -> Self {
         Self {
             mirror,
             queue: Mutex::new(VecDeque::new()),
             draining: AtomicBool::new(false),
-            tasks,
+            drainers,
         }
     }
 
@@ -114,7 +151,8 @@ impl Committer {
 
     /// Starts a drainer task unless one runs. A task of its own: a client
     /// that goes away must not cancel an append half done for the emits
-    /// batched with its own. Tracked, so a shutdown waits for it.
+    /// batched with its own. Tracked, so a shutdown waits for it (up to
+    /// its hard stop).
     fn start_drainer<H: History>(self: &Arc<Self>, history: &Arc<H>) {
         if self.draining.swap(true, Ordering::AcqRel) {
             return;
@@ -122,11 +160,10 @@ impl Committer {
         // Outside a runtime (only while one shuts down, dropping a drainer
         // unfinished) there is nothing to run it on: the emits still queued
         // expire at their deadlines.
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                self.tasks
-                    .spawn_on(Arc::clone(self).drain(Arc::clone(history)), &runtime);
-            }
+        match Handle::try_current() {
+            Ok(runtime) => self
+                .drainers
+                .spawn(Arc::clone(self).drain(Arc::clone(history)), &runtime),
             Err(_) => self.draining.store(false, Ordering::Release),
         }
     }

@@ -28,7 +28,7 @@
 mod committer;
 mod mirror;
 
-pub(crate) use committer::Committer;
+pub(crate) use committer::{Committer, Drainers};
 pub(crate) use mirror::Mirror;
 
 use crate::history::HistoryError;
@@ -111,6 +111,8 @@ mod tests {
         committer: Arc<Committer>,
         /// Where the committer's drainers run.
         tasks: TaskTracker,
+        /// The drainers' hard stop.
+        hard_stop: watch::Sender<bool>,
     }
 
     impl Replica {
@@ -119,12 +121,15 @@ mod tests {
             let writer = Writer::new(Config::default().events(256).bytes(16 << 10).epoch(epoch));
             let mirror = Arc::new(Mirror::new(id, writer));
             let tasks = TaskTracker::new();
+            let hard_stop = watch::channel(false).0;
+            let drainers = Drainers::new(tasks.clone(), hard_stop.subscribe());
             Self {
                 id,
                 ring: Arc::clone(mirror.ring()),
-                committer: Arc::new(Committer::new(Arc::clone(&mirror), tasks.clone())),
+                committer: Arc::new(Committer::new(Arc::clone(&mirror), drainers)),
                 mirror,
                 tasks,
+                hard_stop,
             }
         }
 
@@ -454,6 +459,27 @@ mod tests {
             .await
             .expect("the drainer ends");
         assert_eq!(emitted.await.expect("emit task"), Some(1));
+    }
+
+    /// A drainer whose append does not end (a Redis that does not answer)
+    /// holds a shutdown only until its hard stop: then it is dropped and
+    /// the tracked tasks are done.
+    #[tokio::test(start_paused = true)]
+    async fn a_drainer_is_dropped_at_the_hard_stop() {
+        let history = Arc::new(Hooked::new(MemoryHistory::new(1000, 1 << 20)));
+        let replica = session(&history.inner);
+        history.stall.store(true, Ordering::Release);
+        let emitted = {
+            let (replica, history) = (Arc::clone(&replica), Arc::clone(&history));
+            tokio::spawn(async move { emit(&replica, &history, 1).await })
+        };
+        until("the append", || history.batches() == [1]).await;
+        replica.tasks.close();
+        replica.hard_stop.send_replace(true);
+        tokio::time::timeout(Duration::from_secs(1), replica.tasks.wait())
+            .await
+            .expect("the drainer ends at the hard stop");
+        assert_eq!(emitted.await.expect("emit task"), None, "not acknowledged");
     }
 
     /// Two instances emit into one session in turn (a round-robin
