@@ -26,8 +26,10 @@
 -- session, and the sizes it trims): meta fields that are numbers, the
 -- stream and the sizes of the right types, holding `retained` events each
 -- (`LLEN`, `XLEN`), the stream ending at `published` (`XREVRANGE ...
--- COUNT 1`; an empty stream's top ID at most `published`, `XINFO`), the
--- sizes it trims whole numbers. A session that fails one gets its own
+-- COUNT 1`; an empty stream's top ID at most `published`, `XINFO`), and,
+-- for a trim by bytes, which reads them first, the sizes it drops whole
+-- numbers (a trim by events alone pops them as it writes: a size that is
+-- not a number counts as 0 there). A session that fails one gets its own
 -- answer and nothing written; the writes of the others are computed from
 -- the numbers checked, and cannot fail. The one exception is the first
 -- `XADD` of a session (a top ID past `published` left by a stray `XDEL`
@@ -156,10 +158,20 @@ local function plan(meta, stream, sizes, known_epoch, known, new_epoch, payloads
   end
   -- The trim, from the checked numbers: the oldest events go while the
   -- session holds more than `max_events`, or more than `max_bytes` and
-  -- more than one event. The sizes of retained events are read as needed.
+  -- more than one event.
   local total = p.retained + count
   p.bytes_after = p.bytes
   for i = 0, count - 1 do p.bytes_after = p.bytes_after + #ARGV[payloads + i] end
+  if p.bytes_after <= max_bytes then
+    -- Within the bytes: only the events over `max_events` go, and their
+    -- sizes are subtracted as they are popped (a log at its limit drops
+    -- one per event appended: no read for it).
+    p.pop = true
+    p.dropped = math.max(total - max_events, 0)
+    p.retained_after = total - p.dropped
+    return p
+  end
+  -- Over the bytes: the sizes of retained events are read as needed.
   local dropped = 0
   local read = {}
   while total - dropped > max_events or (p.bytes_after > max_bytes and total - dropped > 1) do
@@ -220,21 +232,27 @@ local function write(p, meta, stream, sizes, id, payloads, count)
   end
   local published = p.published + count
   if p.dropped > 0 then
-    redis.call('LTRIM', sizes, p.dropped, -1)
+    if p.pop then
+      -- `LLEN` was checked: as many come as asked for. A size that is not
+      -- a number (damage no O(1) check finds) counts as none.
+      for _, size in ipairs(redis.call('LPOP', sizes, p.dropped)) do
+        p.bytes_after = p.bytes_after - (tonumber(size) or 0)
+      end
+    else
+      redis.call('LTRIM', sizes, p.dropped, -1)
+    end
     redis.call('XTRIM', stream, 'MINID', string.format('0-%d', published - p.retained_after + 1))
   end
-  local fields = {'published', string.format('%d', published), 'bytes',
-    string.format('%d', p.bytes_after), 'retained', string.format('%d', p.retained_after)}
-  if p.inc then
-    fields[#fields + 1] = 'inc'
-    fields[#fields + 1] = p.inc
-  end
+  if p.inc then redis.call('HSET', meta, 'inc', p.inc) end
   local renew = now >= p.renew_at
   if renew then
-    fields[#fields + 1] = 'renew_at'
-    fields[#fields + 1] = string.format('%d', now + math.floor(ttl / 5))
+    redis.call('HSET', meta, 'published', string.format('%d', published), 'bytes',
+      string.format('%d', p.bytes_after), 'retained', string.format('%d', p.retained_after),
+      'renew_at', string.format('%d', now + math.floor(ttl / 5)))
+  else
+    redis.call('HSET', meta, 'published', string.format('%d', published), 'bytes',
+      string.format('%d', p.bytes_after), 'retained', string.format('%d', p.retained_after))
   end
-  redis.call('HSET', meta, unpack(fields))
   if renew then
     redis.call('PEXPIRE', meta, ttl)
     redis.call('PEXPIRE', stream, ttl)
