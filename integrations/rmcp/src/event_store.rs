@@ -4,13 +4,18 @@
 
 use crate::id::StoreEventId;
 use crate::record;
-use crate::shared::{RemoteReplay, Shared, SharedStoreError, DEFAULT_TIMEOUT};
+use crate::shared::{RemoteReplay, SharedHistory, SharedStoreError, DEFAULT_TIMEOUT};
+use crate::stream::StreamKind;
 use crate::GaplessEventStore;
 use gapless_history::{HistoryConfig, HistoryError};
 use rmcp::transport::streamable_http_server::session::{
     EventId, EventStore, EventStoreError, EventStream, ServerSseMessage,
 };
 use std::sync::Arc;
+use std::time::Duration;
+
+/// The shortest [`GaplessEventStore::with_follow_poll`] period.
+const MIN_FOLLOW_POLL: Duration = Duration::from_millis(10);
 
 impl GaplessEventStore {
     /// The history configuration this store's request streams need in the
@@ -40,8 +45,21 @@ impl GaplessEventStore {
     /// # Panics
     /// Outside a tokio runtime.
     pub async fn with_history(mut self, config: HistoryConfig) -> Result<Self, HistoryError> {
-        self.shared = Some(Arc::new(Shared::connect(config).await?));
+        self.shared = Some(Arc::new(SharedHistory::connect(config).await?));
         Ok(self)
+    }
+
+    /// This store with replays of streams another instance stores reading
+    /// the history at least every `period` (at least 10 ms) while they wait
+    /// for the stream's next event, announced or not (default
+    /// [`DEFAULT_FOLLOW_POLL`](crate::shared::DEFAULT_FOLLOW_POLL)).
+    /// Announcements are at most once: one lost (this instance's
+    /// subscription down, or the storing instance gone before it
+    /// published) delays an event by `period` at most.
+    #[must_use]
+    pub fn with_follow_poll(mut self, period: Duration) -> Self {
+        self.follow_poll = period.max(MIN_FOLLOW_POLL);
+        self
     }
 
     /// Whether this store keeps request streams in a shared history.
@@ -61,40 +79,30 @@ impl GaplessEventStore {
         stream_id: &str,
         event: &ServerSseMessage,
     ) -> Result<String, SharedStoreError> {
-        let shared = match &self.shared {
-            Some(shared) if !stream_id.ends_with(":common") => Arc::clone(shared),
-            _ => {
-                return self
-                    .store(stream_id, event)
-                    .map_err(SharedStoreError::RandomSource)
-            }
-        };
         let now = self.clock_now();
         let now_ms = self.maybe_sweep(now);
         let entry = self
             .entry(stream_id, now)
             .map_err(SharedStoreError::RandomSource)?;
+        let shared = match &self.shared {
+            Some(shared) if entry.kind == StreamKind::Request => Arc::clone(shared),
+            _ => return Ok(self.store_local(&entry, event, now_ms)?),
+        };
         let mut parsed = None;
         let mut payload = match &event.message {
-            Some(message) => {
-                entry.learn(message, now_ms);
-                match serde_json::to_vec(message.as_ref()) {
-                    Ok(json) => {
-                        parsed = Some(message);
-                        json
-                    }
-                    Err(_) => record::lost(0),
+            Some(message) => match serde_json::to_vec(message.as_ref()) {
+                Ok(json) => {
+                    parsed = Some(message);
+                    json
                 }
-            }
-            None => {
-                entry.clocks.touch(now_ms);
-                record::marker(event.retry)
-            }
+                Err(_) => record::lost(0),
+            },
+            None => record::marker(event.retry),
         };
         // What the stream's configured ring takes (a stream may still be
         // on its smaller first ring, which grows for it).
         let max_payload = self
-            .ring_config(stream_id)
+            .ring_config(entry.kind)
             .geometry()
             .map_or(0, |geometry| geometry.max_payload());
         if payload.len() > max_payload {
@@ -103,11 +111,18 @@ impl GaplessEventStore {
         }
         let grace = self.limits().completed_grace;
         match shared.store(&entry, &payload, parsed, grace).await {
-            Ok(seq) => Ok(entry.event_id(seq)),
+            Ok(seq) => {
+                // Learned once Redis and the ring hold the event: a
+                // response Redis did not take does not complete the stream.
+                entry.stored(event.message.as_deref(), now_ms);
+                Ok(entry.event_id(seq))
+            }
             Err(error) => {
                 if matches!(
                     error,
-                    SharedStoreError::EpochMoved { .. } | SharedStoreError::OutOfStep { .. }
+                    SharedStoreError::EpochMoved { .. }
+                        | SharedStoreError::OutOfStep { .. }
+                        | SharedStoreError::Ring(_)
                 ) {
                     // This process's copy no longer matches Redis: drop it,
                     // so that every resume asks Redis (and gets what Redis
@@ -128,7 +143,7 @@ impl GaplessEventStore {
         if self.holds(&id.key) {
             return None;
         }
-        Some(shared.replay(id, last_event_id))
+        Some(shared.replay(id, last_event_id, self.follow_poll))
     }
 }
 

@@ -186,4 +186,4 @@ pub use lifecycle::{StreamLimits, TimeSource};
 pub use replay::ReplayStream;
 pub use shared::{RemoteReplay, SharedStoreError};
 pub use signal::{Reason, EVENTS_LOST, UNKNOWN_REQUEST_ID};
-pub use store::GaplessEventStore;
+pub use store::{GaplessEventStore, StoreError};

@@ -211,11 +211,7 @@ impl Stream for ReplayStream {
                             this.state = following.signal(signal);
                         }
                         Poll::Ready(Err(ReplayError::Ahead { cursor, published })) => {
-                            let signal = Signal::new(
-                                Reason::ForeignCursor,
-                                &following.last_id,
-                                format!("the cursor {cursor} is beyond what the stream published ({published})"),
-                            );
+                            let signal = Signal::ahead(cursor, published, &following.last_id);
                             this.state = following.signal(signal);
                         }
                     }

@@ -17,11 +17,26 @@
 //!
 //! **Replaying** (on an instance that does not hold the stream's ring): the
 //! events after the cursor are read from Redis in pages, then the live
-//! ones as the storing instance appends them (announced on the log's
-//! channel, [`Notifier`]), until the request's response; a cursor whose
+//! ones as the storing instance appends them, until the request's
+//! response. A replay waiting for the next event reads the log again when
+//! an append is announced on the log's channel ([`Notifier`]) and, since
+//! announcements are at most once, at least every
+//! [`DEFAULT_FOLLOW_POLL`] (or the store's
+//! [`with_follow_poll`](crate::GaplessEventStore::with_follow_poll)): a
+//! lost announcement delays an event, never loses it. A cursor whose
 //! events Redis trimmed gets `gap_not_covered`, one of a log Redis does not
 //! hold (expired, or never stored) or of another epoch gets
 //! `foreign_cursor`: the same signals as on the storing instance.
+//!
+//! A replay never ends silently while its client listens: after the
+//! response, or with a signal, or — when Redis does not answer — with a
+//! warning logged (`tracing`, with the stream key's tag) and the end of the
+//! stream after the events sent, so the client resumes with the last id it
+//! got and nothing is skipped. A stream whose log did not grow for the
+//! [`idle`](crate::StreamLimits::idle) period (its instance stopped, or
+//! the request was abandoned) is one the store would have freed: the
+//! replay then ends with `foreign_cursor`, rather than wait for ever (its
+//! own reads would keep the log from expiring).
 //!
 //! Standalone streams (`"{session}:common"`) stay in this process: they
 //! belong to a stateful rmcp session, which only the instance that holds
@@ -30,13 +45,14 @@
 use crate::id::{StoreEventId, StreamKey};
 use crate::record::{self, Record};
 use crate::signal::{Reason, Signal};
+use crate::store::StoreError;
 use crate::stream::{is_terminal, StreamEntry};
 use bytes::Bytes;
 use futures_core::Stream;
-use gapless::{EventId, Gap};
+use gapless::{Coverage, EmitError, EventId};
 use gapless_history::notify::Notifier;
 use gapless_history::{
-    History, HistoryConfig, HistoryError, Known, RedisHistory, SessionId, Snapshot,
+    History, HistoryConfig, HistoryError, Known, LogId, Meta, RedisHistory, Snapshot,
 };
 use rmcp::model::{RequestId, ServerJsonRpcMessage, ServerNotification};
 use rmcp::transport::streamable_http_server::session::ServerSseMessage;
@@ -45,6 +61,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 /// Payload bytes read from Redis per page of a replay.
 const PAGE_BYTES: usize = gapless_history::READ_BYTES;
@@ -59,12 +76,21 @@ const AHEAD: usize = 64;
 /// otherwise.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The history tier a shared store writes to and replays from: one
-/// multiplexed Redis connection for every call and one pub/sub connection
-/// for every stream followed live, per process.
-pub(crate) struct Shared {
+/// How often a replay waiting for a stream's next event reads the log even
+/// without an announcement, unless the store says otherwise
+/// ([`with_follow_poll`](crate::GaplessEventStore::with_follow_poll)).
+pub const DEFAULT_FOLLOW_POLL: Duration = Duration::from_secs(2);
+
+/// The history tier a shared store writes to and replays from: the Redis
+/// logs of its request streams, reached over one multiplexed Redis
+/// connection for every call and one pub/sub connection for every stream
+/// followed live, per process.
+pub(crate) struct SharedHistory {
     history: RedisHistory,
     notifier: Arc<Notifier>,
+    /// The logs' idle period: a replay ends once its log did not grow for
+    /// this long.
+    idle: Duration,
 }
 
 /// Why [`GaplessEventStore::store_shared`](crate::GaplessEventStore::store_shared)
@@ -86,16 +112,32 @@ pub enum SharedStoreError {
         /// The epoch Redis continues it under.
         now: u64,
     },
-    /// Redis gave the event another seq than the next of the stream's
-    /// ring: an earlier append of this stream that failed here (a
-    /// timeout) was applied in Redis after all. The stream cannot continue
-    /// under the ids already handed out.
+    /// Redis gave the event another seq than the stream's ring here: an
+    /// earlier append of this stream that failed here (a timeout) was
+    /// applied in Redis after all, or the ring took an event Redis did not
+    /// (written through [`GaplessEventStore::ring`](crate::GaplessEventStore::ring)
+    /// while the append was under way). The stream cannot continue under
+    /// the ids already handed out: its ring here is dropped, and a resume
+    /// gets what Redis holds.
     OutOfStep {
-        /// The seq the ring would give.
+        /// The seq the ring gives (or would give) the event.
         expected: u64,
         /// The seq Redis gave.
         got: u64,
     },
+    /// The stream's ring here refused the event (an emit error this store
+    /// does not expect); if Redis took it, the ring is dropped and a resume
+    /// gets what Redis holds.
+    Ring(EmitError),
+}
+
+impl From<StoreError> for SharedStoreError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::RandomSource(error) => Self::RandomSource(error),
+            StoreError::Ring(error) => Self::Ring(error),
+        }
+    }
 }
 
 impl std::fmt::Display for SharedStoreError {
@@ -109,8 +151,9 @@ impl std::fmt::Display for SharedStoreError {
             ),
             Self::OutOfStep { expected, got } => write!(
                 f,
-                "the shared history gave this stream's event seq {got}, not {expected}: an append that failed here was applied"
+                "the shared history gave this stream's event seq {got}, not {expected} as its ring here: the stream cannot go on under the ids handed out"
             ),
+            Self::Ring(error) => write!(f, "the stream's ring did not take the event: {error}"),
         }
     }
 }
@@ -120,22 +163,27 @@ impl std::error::Error for SharedStoreError {
         match self {
             Self::RandomSource(error) => Some(error),
             Self::History(error) => Some(error),
+            Self::Ring(error) => Some(error),
             Self::EpochMoved { .. } | Self::OutOfStep { .. } => None,
         }
     }
 }
 
-impl Shared {
+impl SharedHistory {
     /// Connects to the history at `config`, and starts the announcement
     /// connection.
     ///
     /// # Panics
     /// Outside a tokio runtime.
     pub(crate) async fn connect(config: HistoryConfig) -> Result<Self, HistoryError> {
-        let timeout = config.timeout;
+        let (timeout, idle) = (config.timeout, config.idle);
         let history = RedisHistory::connect(config).await?;
         let notifier = Notifier::start(history.client(), timeout);
-        Ok(Self { history, notifier })
+        Ok(Self {
+            history,
+            notifier,
+            idle,
+        })
     }
 
     /// Stores `payload` (at most the stream's configured `max_payload`) as
@@ -146,8 +194,9 @@ impl Shared {
     /// `grace`. Returns the seq.
     ///
     /// # Errors
-    /// [`SharedStoreError`]: nothing was stored in the ring. For
-    /// `EpochMoved` and `OutOfStep` the caller drops the stream's ring.
+    /// [`SharedStoreError`]: no id is handed out for the event. For
+    /// `EpochMoved`, `OutOfStep` and `Ring` the caller drops the stream's
+    /// ring.
     pub(crate) async fn store(
         &self,
         entry: &StreamEntry,
@@ -155,13 +204,17 @@ impl Shared {
         parsed: Option<&Arc<ServerJsonRpcMessage>>,
         grace: Duration,
     ) -> Result<u64, SharedStoreError> {
-        let log = SessionId::from_bytes(entry.key.to_bytes());
+        let log = LogId::from_bytes(entry.key.to_bytes());
         let _order = entry.shared.appending.lock().await;
         entry
             .shared
             .created
             .get_or_try_init(|| async {
-                match self.history.create(&log, entry.ring().epoch(), None).await {
+                match self
+                    .history
+                    .create(&log, entry.ring().epoch(), &Meta::new())
+                    .await
+                {
                     Ok(true) => Ok(()),
                     // 128 random bits that name another stream's log.
                     Ok(false) => Err(HistoryError::Corrupt(format!(
@@ -180,7 +233,12 @@ impl Shared {
         };
         let (epoch, first) = self
             .history
-            .append(&log, known, &[Bytes::copy_from_slice(payload)])
+            .append(
+                &log,
+                known,
+                &[Bytes::copy_from_slice(payload)],
+                tokio::time::Instant::now() + self.history.config().timeout,
+            )
             .await
             .map_err(SharedStoreError::History)?;
         let expected = known.published + 1;
@@ -196,13 +254,18 @@ impl Shared {
                 got: first,
             });
         }
-        let seq = match entry.emit(payload) {
-            Ok(seq) => seq,
-            // Within the configured ring's `max_payload` (the caller's
-            // check); a placeholder always fits.
-            Err(error) => unreachable!("a record within max_payload fits: {error}"),
-        };
-        debug_assert_eq!(seq, first, "the ring's seqs are Redis's");
+        // Redis holds the event at `first`: the ring must too, or the id
+        // would name different events here and on other instances. (A
+        // record within the configured ring's `max_payload`, the caller's
+        // check, fits; the ring is written only under `appending`, but
+        // for writers through `GaplessEventStore::ring`.)
+        let seq = entry.emit(payload).map_err(SharedStoreError::Ring)?;
+        if seq != first {
+            return Err(SharedStoreError::OutOfStep {
+                expected: seq,
+                got: first,
+            });
+        }
         if let Some(message) = parsed {
             entry.remember(seq, payload.len(), message);
             if is_terminal(message) {
@@ -216,17 +279,26 @@ impl Shared {
 
     /// A replay of the stream `id` names, strictly after it, from the
     /// history: the events, then the live ones to the response, or a
-    /// signal. `last_event_id` is `id` as the client sent it.
-    pub(crate) fn replay(self: &Arc<Self>, id: StoreEventId, last_event_id: &str) -> RemoteReplay {
+    /// signal. `last_event_id` is `id` as the client sent it; while it
+    /// waits, the replay reads the log at least every `poll`.
+    pub(crate) fn replay(
+        self: &Arc<Self>,
+        id: StoreEventId,
+        last_event_id: &str,
+        poll: Duration,
+    ) -> RemoteReplay {
         let (sender, receiver) = mpsc::channel(AHEAD);
         let replay = Remote {
             shared: Arc::clone(self),
             key: id.key,
-            log: SessionId::from_bytes(id.key.to_bytes()),
+            log: LogId::from_bytes(id.key.to_bytes()),
             epoch: id.event.epoch,
             after: id.event.seq,
             last_id: last_event_id.to_owned(),
             request_id: None,
+            poll,
+            published: 0,
+            grew: Instant::now(),
             sender,
         };
         tokio::spawn(replay.run());
@@ -250,11 +322,12 @@ impl Stream for RemoteReplay {
 
 /// One replay from the shared history, run as a task of its own: it ends
 /// when the client goes away (its [`RemoteReplay`] is dropped), after the
-/// request's response, or after a signal.
+/// request's response, after a signal, or with a warning logged when Redis
+/// does not answer.
 struct Remote {
-    shared: Arc<Shared>,
+    shared: Arc<SharedHistory>,
     key: StreamKey,
-    log: SessionId,
+    log: LogId,
     /// The cursor's epoch: the stream's, or the cursor is foreign.
     epoch: u64,
     /// The last seq sent (at first, the cursor's).
@@ -263,6 +336,12 @@ struct Remote {
     last_id: String,
     /// The affected request's id, once an event read tells it.
     request_id: Option<RequestId>,
+    /// The longest wait between two reads of the log.
+    poll: Duration,
+    /// The highest `published` read from the log.
+    published: u64,
+    /// When the log was last seen to grow (at first, the replay's start).
+    grew: Instant,
     sender: mpsc::Sender<ServerSseMessage>,
 }
 
@@ -278,9 +357,11 @@ enum Next {
 
 impl Remote {
     async fn run(mut self) {
-        // Followed before the first read: nothing appended after it is
-        // missed (the first change is the subscription's confirmation).
+        // Followed before the first read: nothing appended after it and
+        // announced is missed (the first change is the subscription's
+        // confirmation); what is not announced is read at the next poll.
         let mut followed = self.shared.notifier.follow(self.log);
+        let mut announced = true;
         let mut first = true;
         loop {
             // The first read starts at the cursor's own event: a cursor
@@ -290,23 +371,60 @@ impl Remote {
             } else {
                 self.after
             };
-            let next = match self.read(from).await {
-                Ok(snapshot) => self.page(snapshot, first).await,
-                // Redis is unreachable: end after what was sent; the client
-                // resumes with the last id it got, and nothing is skipped.
-                Err(_) => Next::End,
+            let snapshot = match self.read(from).await {
+                Ok(snapshot) => snapshot,
+                Err(error) => {
+                    // End after what was sent: the client resumes with the
+                    // last id it got (on any instance), nothing skipped.
+                    tracing::warn!(
+                        stream = %self.key.tag(),
+                        after = self.after,
+                        %error,
+                        "a replay from the shared history ends: Redis did not answer"
+                    );
+                    return;
+                }
             };
+            if let Some(snapshot) = &snapshot {
+                if snapshot.published > self.published {
+                    self.published = snapshot.published;
+                    self.grew = Instant::now();
+                }
+            }
+            let next = self.page(snapshot, first).await;
             first = false;
             match next {
                 Next::Read => continue,
                 Next::End => return,
                 Next::Wait => {}
             }
+            let quiet = self.grew.elapsed();
+            if quiet >= self.shared.idle {
+                self.abandoned().await;
+                return;
+            }
+            let wait = self.poll.min(self.shared.idle - quiet);
             tokio::select! {
-                change = followed.changed() => if change.is_none() { return },
+                // `None` only once the notifier is gone: polls only, then.
+                change = followed.changed(), if announced => announced = change.is_some(),
+                () = tokio::time::sleep(wait) => {}
                 () = self.sender.closed() => return,
             }
         }
+    }
+
+    /// The log did not grow for the idle period: the storing instance
+    /// stopped, or the request was abandoned. The store frees such a stream
+    /// (a resume then gets `foreign_cursor`); say so now rather than keep
+    /// the client waiting for a response that will not come.
+    async fn abandoned(&mut self) {
+        let detail = format!(
+            "the stream stored nothing for {:?} (its instance stopped, or the request was abandoned): it is freed",
+            self.shared.idle
+        );
+        let mut signal = self.foreign(&detail);
+        signal.request_id = self.request_id.clone();
+        self.signal(signal).await;
     }
 
     /// The log after seq `from`: a read that meets a broken connection (a
@@ -338,24 +456,20 @@ impl Remote {
             );
             return self.signal(self.foreign(&detail)).await;
         }
-        if self.after > snapshot.published {
-            let detail = format!(
-                "the cursor {} is beyond what the stream published ({})",
-                self.after, snapshot.published
-            );
-            return self.signal(self.foreign(&detail)).await;
-        }
-        self.learn(&snapshot.events);
-        if snapshot.first_retained > self.after + 1 {
-            let gap = Gap {
-                cursor: self.after,
-                first_retained: snapshot.first_retained,
-                published: snapshot.published,
-                evicted: snapshot.first_retained - self.after - 1,
-            };
-            let mut signal = Signal::gap(&gap, &self.last_id);
-            signal.request_id = self.request_id.clone();
-            return self.signal(signal).await;
+        // The ring's rule, on what Redis retains.
+        match Coverage::of_retained(self.after, snapshot.first_retained, snapshot.published) {
+            Coverage::Covered { .. } => self.learn(&snapshot.events),
+            Coverage::Ahead { cursor, published } => {
+                return self
+                    .signal(Signal::ahead(cursor, published, &self.last_id))
+                    .await;
+            }
+            Coverage::Gap(gap) => {
+                self.learn(&snapshot.events);
+                let mut signal = Signal::gap(&gap, &self.last_id);
+                signal.request_id = self.request_id.clone();
+                return self.signal(signal).await;
+            }
         }
         let last_read = snapshot.events.last().map(|(seq, _)| *seq);
         for (seq, payload) in snapshot.events {
@@ -397,8 +511,12 @@ impl Remote {
                     );
                     return self.lost(seq, bytes, &why).await;
                 }
-                // Never appended to a log: a record of this process's rings.
-                Record::Closed | Record::Moved => return Next::End,
+                // Never appended to a log (a record of this process's
+                // rings): reported, never skipped.
+                Record::Closed | Record::Moved => {
+                    let why = "is not an event this store appends";
+                    return self.lost(seq, payload.len() as u64, why).await;
+                }
             };
             let terminal = item.message.as_deref().is_some_and(is_terminal);
             if self.sender.send(item).await.is_err() {

@@ -89,6 +89,20 @@ impl Signal {
         signal
     }
 
+    /// The [`Reason::ForeignCursor`] signal of a cursor beyond what its
+    /// stream published ([`gapless::Coverage::Ahead`]): the one way to
+    /// build it, on a ring or on the shared history. The caller adds the
+    /// request's id.
+    pub(crate) fn ahead(cursor: u64, published: u64, last_event_id: &str) -> Self {
+        let mut signal = Self::new(
+            Reason::ForeignCursor,
+            last_event_id,
+            format!("the cursor {cursor} is beyond what the stream published ({published})"),
+        );
+        signal.cursor = Some(cursor);
+        signal
+    }
+
     pub(crate) fn data(&self) -> Value {
         let mut data = json!({
             "reason": self.reason.as_str(),

@@ -5,14 +5,14 @@ use crate::lifecycle::{Clock, Due, StreamLimits};
 use crate::record::{self, Record};
 use crate::replay::ReplayStream;
 use crate::signal::{Reason, Signal};
-use crate::stream::{is_terminal, StreamEntry};
+use crate::stream::{is_terminal, StreamEntry, StreamKind};
 use gapless::id::RandomSourceError;
 use gapless::{Config, ConfigError, Coverage, EmitError, Ring, Store};
 use rmcp::model::ServerJsonRpcMessage;
 use rmcp::transport::streamable_http_server::session::ServerSseMessage;
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// rmcp's `EventStore` on gapless: one ring per rmcp stream, replays that
 /// are exact or say why not.
@@ -35,7 +35,41 @@ pub struct GaplessEventStore {
     rings: Store<StreamKey, StreamEntry>,
     /// With [`with_history`](Self::with_history): the Redis that request
     /// streams are stored in and replayed from on every instance.
-    pub(crate) shared: Option<Arc<crate::shared::Shared>>,
+    pub(crate) shared: Option<Arc<crate::shared::SharedHistory>>,
+    /// How often a replay from the shared history reads it while waiting,
+    /// announced or not ([`with_follow_poll`](Self::with_follow_poll)).
+    pub(crate) follow_poll: Duration,
+}
+
+/// Why [`GaplessEventStore::store`] stored nothing.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The operating system's random source failed to draw a new stream's
+    /// key.
+    RandomSource(RandomSourceError),
+    /// The stream's ring refused the event for another reason than its
+    /// size (a message too large is stored as a placeholder): one of
+    /// gapless's emit errors this store does not expect.
+    Ring(EmitError),
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::RandomSource(error) => write!(f, "cannot draw a stream key: {error}"),
+            Self::Ring(error) => write!(f, "the stream's ring did not take the event: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::RandomSource(error) => Some(error),
+            Self::Ring(error) => Some(error),
+        }
+    }
 }
 
 impl std::fmt::Debug for GaplessEventStore {
@@ -63,6 +97,7 @@ impl GaplessEventStore {
             streams: Store::default(),
             rings: Store::default(),
             shared: None,
+            follow_poll: crate::shared::DEFAULT_FOLLOW_POLL,
         })
     }
 
@@ -186,12 +221,11 @@ impl GaplessEventStore {
         self.standalone
     }
 
-    /// The ring size of rmcp stream `stream_id`, by its kind.
-    pub(crate) fn ring_config(&self, stream_id: &str) -> Config {
-        if stream_id.ends_with(":common") {
-            self.standalone
-        } else {
-            self.config
+    /// The ring size of a stream of `kind`.
+    pub(crate) fn ring_config(&self, kind: StreamKind) -> Config {
+        match kind {
+            StreamKind::Request => self.config,
+            StreamKind::Standalone => self.standalone,
         }
     }
 
@@ -241,7 +275,7 @@ impl GaplessEventStore {
     /// [`remove_stream`](Self::remove_stream) (see the crate docs). Returns
     /// how many were freed.
     pub fn remove_session(&self, session_id: &str) -> usize {
-        usize::from(self.remove_stream(&format!("{session_id}:common")))
+        usize::from(self.remove_stream(&StreamKind::standalone_id(session_id)))
     }
 
     pub(crate) fn entry(
@@ -262,10 +296,13 @@ impl GaplessEventStore {
             .streams
             .get_or_try_insert_with(stream_id.to_owned(), StreamKey::random)?;
         let (entry, _) = infallible(self.rings.get_or_try_insert_with(*key, || {
+            // The stream's kind, decided once: from here on its entry says.
+            let kind = StreamKind::of(stream_id);
             Ok(StreamEntry::new(
                 *key,
                 stream_id.to_owned(),
-                self.ring_config(stream_id),
+                kind,
+                self.ring_config(kind),
                 now_ms,
             ))
         }));
@@ -277,46 +314,44 @@ impl GaplessEventStore {
     /// reports as lost (the live send still carries the message).
     ///
     /// # Errors
-    /// [`RandomSourceError`] only if the stream is new and the OS random
-    /// source fails to draw its key (nothing is stored).
-    pub fn store(
-        &self,
-        stream_id: &str,
-        event: &ServerSseMessage,
-    ) -> Result<String, RandomSourceError> {
+    /// [`StoreError::RandomSource`] if the stream is new and the OS random
+    /// source fails to draw its key; [`StoreError::Ring`] if the ring
+    /// refuses the event for another reason than its size, which gapless
+    /// does not give for a single event today. Nothing is stored.
+    pub fn store(&self, stream_id: &str, event: &ServerSseMessage) -> Result<String, StoreError> {
         let now = self.clock.now();
         let now_ms = self.maybe_sweep(now);
-        let entry = self.entry(stream_id, now)?;
+        let entry = self
+            .entry(stream_id, now)
+            .map_err(StoreError::RandomSource)?;
+        self.store_local(&entry, event, now_ms)
+    }
+
+    /// [`store`](Self::store) to `entry`, in this process only, at `now_ms`.
+    pub(crate) fn store_local(
+        &self,
+        entry: &StreamEntry,
+        event: &ServerSseMessage,
+        now_ms: u64,
+    ) -> Result<String, StoreError> {
         let emitted = match &event.message {
-            Some(message) => {
-                entry.learn(message, now_ms);
-                // The JSON in a reused buffer (the ring copies it); the
-                // message kept parsed for replays once it is stored.
-                record::with_json(message, |json| match json {
-                    Ok(json) => entry.emit(json).inspect(|&seq| {
-                        entry.remember(seq, json.len(), message);
-                        if is_terminal(message) {
-                            entry.stored_terminal(seq);
-                        }
-                    }),
-                    Err(_) => entry.emit(&record::lost(0)),
-                })
-            }
-            None => {
-                entry.clocks.touch(now_ms);
-                entry.emit(&record::marker(event.retry))
-            }
+            // The JSON in a reused buffer (the ring copies it); the message
+            // kept parsed for replays once it is stored.
+            Some(message) => record::with_json(message, |json| match json {
+                Ok(json) => entry.emit(json).inspect(|&seq| {
+                    entry.remember(seq, json.len(), message);
+                    if is_terminal(message) {
+                        entry.stored_terminal(seq);
+                    }
+                }),
+                Err(_) => entry.emit(&record::lost(0)),
+            }),
+            None => entry.emit(&record::marker(event.retry)),
         };
-        let seq = match emitted {
-            Ok(seq) => seq,
-            Err(EmitError::TooLarge { len, .. }) => match entry.emit(&record::lost(len)) {
-                Ok(seq) => seq,
-                // A placeholder is shorter than the smallest ring's payload
-                // limit (`gapless::config::MIN_BYTES`).
-                Err(error) => unreachable!("a placeholder always fits: {error}"),
-            },
-            Err(error) => unreachable!("a single emit is never a batch: {error}"),
-        };
+        let seq = placeholder_if_too_large(entry, emitted)?;
+        // Learned once the event is stored: an event that was not does
+        // not complete the stream.
+        entry.stored(event.message.as_deref(), now_ms);
         Ok(entry.event_id(seq))
     }
 
@@ -361,10 +396,11 @@ impl GaplessEventStore {
         }
         match ring.coverage(cursor) {
             Coverage::Covered { .. } => {}
-            Coverage::Ahead { published, .. } => {
-                return foreign(format!(
-                    "the cursor {cursor} is beyond what the stream published ({published})"
-                ))
+            Coverage::Ahead { cursor, published } => {
+                return ReplayStream::signal(
+                    Signal::ahead(cursor, published, last_event_id),
+                    last_event_id,
+                )
             }
             Coverage::Gap(gap) => {
                 let mut signal = Signal::gap(&gap, last_event_id);
@@ -392,9 +428,67 @@ impl GaplessEventStore {
     }
 }
 
+/// The seq of an event whose emit to `entry`'s ring gave `emitted`: a
+/// payload too large for the ring is stored as a placeholder (a replay
+/// reports it lost); any other refusal is an error, never a panic.
+fn placeholder_if_too_large(
+    entry: &StreamEntry,
+    emitted: Result<u64, EmitError>,
+) -> Result<u64, StoreError> {
+    match emitted {
+        Ok(seq) => Ok(seq),
+        // A placeholder is shorter than the smallest ring's payload limit
+        // (`gapless::config::MIN_BYTES`): it fits.
+        Err(EmitError::TooLarge { len, .. }) => {
+            entry.emit(&record::lost(len)).map_err(StoreError::Ring)
+        }
+        // `EmitError` is non-exhaustive: whatever else it may say is an
+        // event not stored.
+        Err(error) => Err(StoreError::Ring(error)),
+    }
+}
+
 fn infallible<T>(result: Result<T, Infallible>) -> T {
     match result {
         Ok(value) => value,
         Err(never) => match never {},
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::id::StreamKey;
+
+    /// A payload too large is stored as a placeholder; any other emit
+    /// error is `StoreError::Ring`. Mutation: the former `unreachable!`
+    /// for every error but `TooLarge` panics here.
+    #[test]
+    fn an_emit_error_other_than_too_large_is_an_error_not_a_panic() {
+        let key = StreamKey::random().expect("the OS random source");
+        let kind = StreamKind::Request;
+        let entry = StreamEntry::new(key, "s".to_owned(), kind, Config::default(), 0);
+        let too_large = EmitError::TooLarge {
+            len: 1 << 30,
+            max: 1 << 20,
+        };
+        let placeholder = placeholder_if_too_large(&entry, Err(too_large));
+        assert_eq!(placeholder.ok(), Some(1));
+        let stored = entry.ring().read(1).expect("the placeholder");
+        assert_eq!(
+            record::decode(&stored.payload),
+            Record::Lost { bytes: 1 << 30 }
+        );
+        let batch = EmitError::BatchTooLarge {
+            events: 2,
+            bytes: 16,
+            max_events: 1,
+            max_bytes: 8,
+        };
+        assert!(matches!(
+            placeholder_if_too_large(&entry, Err(batch)),
+            Err(StoreError::Ring(error)) if error == batch
+        ));
+        assert_eq!(entry.ring().published(), 1, "nothing more was stored");
     }
 }

@@ -1,6 +1,6 @@
 //! [`StreamEntry`]: one rmcp stream as the store holds it (its key, its
-//! ring, what the store learned from its messages), and [`is_terminal`]:
-//! which message ends a request's stream.
+//! kind, its ring, what the store learned from its messages), and
+//! [`is_terminal`]: which message ends a request's stream.
 
 use crate::id::StreamKey;
 use crate::lifecycle::Clocks;
@@ -47,6 +47,39 @@ struct Writer {
     words: usize,
 }
 
+/// Which of rmcp's two kinds of stream a stream is: decided once, from its
+/// rmcp id, when the store first sees the stream ([`StreamKind::of`]), and
+/// kept with it ([`StreamEntry::kind`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StreamKind {
+    /// A request's stream (rmcp names it with a bare uuid): the request's
+    /// response or error ends it. A shared store keeps it in the history.
+    Request,
+    /// A session's standalone stream (`"{session}:common"`, the GET stream
+    /// that outlives requests): no response ends it. It stays in this
+    /// process (only the instance holding the session serves it).
+    Standalone,
+}
+
+impl StreamKind {
+    /// What rmcp appends to a session's id to name its standalone stream.
+    const STANDALONE_SUFFIX: &'static str = ":common";
+
+    /// The kind of the rmcp stream `stream_id`.
+    pub(crate) fn of(stream_id: &str) -> Self {
+        if stream_id.ends_with(Self::STANDALONE_SUFFIX) {
+            Self::Standalone
+        } else {
+            Self::Request
+        }
+    }
+
+    /// rmcp's id of session `session_id`'s standalone stream.
+    pub(crate) fn standalone_id(session_id: &str) -> String {
+        format!("{session_id}{}", Self::STANDALONE_SUFFIX)
+    }
+}
+
 /// What a stream of a shared store ([`crate::shared`]) adds to its ring:
 /// its log's creation, and the order of its appends.
 #[derive(Debug, Default)]
@@ -64,6 +97,8 @@ pub(crate) struct StreamEntry {
     pub(crate) key: StreamKey,
     /// rmcp's id of the stream.
     pub(crate) stream_id: String,
+    /// Its kind, from `stream_id`.
+    pub(crate) kind: StreamKind,
     /// The ring events go to: the first ring, then the configured one once
     /// the stream has grown (see [`emit`](Self::emit)).
     ring: Mutex<Arc<Ring>>,
@@ -92,10 +127,16 @@ pub(crate) struct StreamEntry {
 }
 
 impl StreamEntry {
-    /// rmcp stream `stream_id`, created at `now_ms`, that has stored
-    /// nothing yet, with a ring sized by `config` (starting smaller if
-    /// `config` is larger than the first ring).
-    pub(crate) fn new(key: StreamKey, stream_id: String, config: Config, now_ms: u64) -> Self {
+    /// rmcp stream `stream_id` of `kind`, created at `now_ms`, that has
+    /// stored nothing yet, with a ring sized by `config` (starting smaller
+    /// if `config` is larger than the first ring).
+    pub(crate) fn new(
+        key: StreamKey,
+        stream_id: String,
+        kind: StreamKind,
+        config: Config,
+        now_ms: u64,
+    ) -> Self {
         let first = config
             .events(config.requested_events().min(FIRST_EVENTS))
             .bytes(config.requested_bytes().min(FIRST_BYTES));
@@ -106,6 +147,7 @@ impl StreamEntry {
         Self {
             key,
             stream_id,
+            kind,
             ring: Mutex::new(ring),
             writer: Mutex::new(Writer {
                 full,
@@ -259,6 +301,18 @@ impl StreamEntry {
         id
     }
 
+    /// An event was stored at `now_ms` (in the ring, and in a shared
+    /// store in the history first): notes what its `message`, if it has
+    /// one, tells ([`learn`](Self::learn)), else only the use. Called only
+    /// once the event is stored, so a response that was not never
+    /// completes the stream.
+    pub(crate) fn stored(&self, message: Option<&ServerJsonRpcMessage>, now_ms: u64) {
+        match message {
+            Some(message) => self.learn(message, now_ms),
+            None => self.clocks.touch(now_ms),
+        }
+    }
+
     /// Notes what `message`, stored at `now_ms`, tells about the stream's
     /// request (see [`request_id`](Self::request_id)) and whether it
     /// completed it.
@@ -347,7 +401,13 @@ mod tests {
     #[test]
     fn event_ids_are_what_store_event_id_displays() {
         let key = StreamKey::random().expect("the OS random source");
-        let entry = StreamEntry::new(key, "s".to_owned(), Config::default(), 0);
+        let entry = StreamEntry::new(
+            key,
+            "s".to_owned(),
+            StreamKind::Request,
+            Config::default(),
+            0,
+        );
         let ring = entry.ring();
         for seq in [0, 1, 9, 10, 42, 99, 100, 12_345, u64::MAX - 1, u64::MAX] {
             let expected = StoreEventId {
@@ -372,7 +432,13 @@ mod tests {
     #[test]
     fn knows_the_first_terminal_seq() {
         let key = StreamKey::random().expect("the OS random source");
-        let entry = StreamEntry::new(key, "s".to_owned(), Config::default(), 0);
+        let entry = StreamEntry::new(
+            key,
+            "s".to_owned(),
+            StreamKind::Request,
+            Config::default(),
+            0,
+        );
         assert_eq!(entry.is_terminal_at(5), Some(false));
         entry.stored_terminal(7);
         entry.stored_terminal(9);
