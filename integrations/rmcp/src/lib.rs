@@ -55,6 +55,21 @@
 //! expire like the rings: the grace after the response, or the idle
 //! period.
 //!
+//! A replay on another instance follows the log live through Redis's
+//! announcements of appends and, since those are at most once, reads it
+//! at least every [`shared::DEFAULT_FOLLOW_POLL`]
+//! ([`GaplessEventStore::with_follow_poll`]): a lost announcement delays
+//! an event, never loses it. It never ends silently while its client
+//! listens: when Redis does not answer it logs a warning naming the
+//! stream's key by its tag and ends after the events it sent (the client
+//! resumes with the last id it got, on any instance); when the log has
+//! not grown for the [`idle`](StreamLimits::idle) period (the storing
+//! instance stopped mid-request) it ends with the `foreign_cursor` signal,
+//! as a resume of a stream freed for being idle would. An event whose
+//! append Redis took is handed an id only if this instance's ring took it
+//! at the same seq ([`SharedStoreError::OutOfStep`] otherwise, and the
+//! ring is dropped so resumes read Redis).
+//!
 //! ## Event ids
 //!
 //! `<stream key>.<epoch>-<seq>`, e.g.
@@ -76,7 +91,9 @@
 //! `retry:` hint. [`EventStore::store_event`] returns `Err` (rmcp would
 //! lose the message or cancel the request) only when the operating system's
 //! random source fails to draw a new stream's key: an error, never a
-//! guessable key ([`gapless::id::Id::random`]). A message larger than the ring
+//! guessable key ([`gapless::id::Id::random`]); or, were gapless's ring to
+//! refuse an event for another reason than its size (it has none today),
+//! [`StoreError::Ring`], never a panic. A message larger than the ring
 //! takes (`Config::bytes`) is stored as a placeholder, rmcp still sends it
 //! live under the placeholder's id, and a replay that reaches it reports it
 //! lost (below). Events stay replayable after the response, until the ring
@@ -98,7 +115,9 @@
 //! - **otherwise** the signal, then the end. Reasons (`data.reason`):
 //!   `gap_not_covered` (the ring evicted events after the cursor, found at the
 //!   start or while following live), `foreign_cursor` (unknown stream key,
-//!   another epoch, or a seq the stream never published), `malformed_cursor`
+//!   another epoch, or a seq the stream never published; with a shared
+//!   store also a stream of another instance that stored nothing for the
+//!   idle period while the replay waited), `malformed_cursor`
 //!   (not an id of this store, e.g. one of rmcp's own), `lost_event` (an event
 //!   after the cursor was too large to store).
 //!
