@@ -24,7 +24,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
-use tokio_util::task::TaskTracker;
+
+/// A background task of the history (the group commit's flushing task, a
+/// script call).
+pub type Task = std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// Runs the history's background tasks where its caller says
+/// ([`RedisHistory::set_spawner`](crate::RedisHistory::set_spawner)).
+pub type Spawner = Arc<dyn Fn(Task) + Send + Sync>;
 
 /// Sessions appended per script call at most (each with its batch of up
 /// to `APPEND_BATCH` emits).
@@ -144,10 +151,9 @@ pub(crate) struct Commits {
     flushing: AtomicBool,
     /// Calls in flight: at most [`CALLS_IN_FLIGHT`].
     in_flight: Arc<tokio::sync::Semaphore>,
-    /// Where the flushing task and the calls are spawned: the server's
-    /// tracker once given ([`Commits::set_task_tracker`]), else
-    /// `tokio::spawn`.
-    tracker: OnceLock<TaskTracker>,
+    /// Where the flushing task and the calls are spawned: the caller's
+    /// spawner once given ([`Commits::set_spawner`]), else `tokio::spawn`.
+    spawner: OnceLock<Spawner>,
 }
 
 impl Default for Commits {
@@ -156,7 +162,7 @@ impl Default for Commits {
             waiting: Mutex::default(),
             flushing: AtomicBool::new(false),
             in_flight: Arc::new(tokio::sync::Semaphore::new(CALLS_IN_FLIGHT)),
-            tracker: OnceLock::new(),
+            spawner: OnceLock::new(),
         }
     }
 }
@@ -184,16 +190,16 @@ impl Drop for Flushing<'_> {
 }
 
 impl Commits {
-    /// Spawns the flushing task and its calls on `tracker` from now on
-    /// (the server's, so that its shutdown waits for them); `false` if one
-    /// was given already (it stays).
-    pub(crate) fn set_task_tracker(&self, tracker: TaskTracker) -> bool {
-        self.tracker.set(tracker).is_ok()
+    /// Spawns the flushing task and its calls with `spawner` from now on
+    /// (the server's, so that its shutdown waits for them, or drops them
+    /// at its hard stop); `false` if one was given already (it stays).
+    pub(crate) fn set_spawner(&self, spawner: Spawner) -> bool {
+        self.spawner.set(spawner).is_ok()
     }
 
     fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
-        match self.tracker.get() {
-            Some(tracker) => drop(tracker.spawn(task)),
+        match self.spawner.get() {
+            Some(spawner) => spawner(Box::pin(task)),
             None => drop(tokio::spawn(task)),
         }
     }

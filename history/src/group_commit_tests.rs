@@ -315,14 +315,20 @@ mod flushing {
         );
     }
 
-    /// The tracker given sees the flushing task and the calls.
+    /// A spawner on a tracker: the tracker sees what it spawns.
+    fn on(tracker: &tokio_util::task::TaskTracker) -> crate::Spawner {
+        let tracker = tracker.clone();
+        Arc::new(move |task| drop(tracker.spawn(task)))
+    }
+
+    /// The spawner given runs the flushing task and the calls.
     #[tokio::test(start_paused = true)]
-    async fn tasks_are_spawned_on_the_tracker_given() {
+    async fn tasks_are_spawned_by_the_spawner_given() {
         let commits = Arc::new(Commits::default());
-        let tracker = TaskTracker::new();
-        assert!(commits.set_task_tracker(tracker.clone()));
+        let tracker = tokio_util::task::TaskTracker::new();
+        assert!(commits.set_spawner(on(&tracker)));
         assert!(
-            !commits.set_task_tracker(TaskTracker::new()),
+            !commits.set_spawner(on(&tokio_util::task::TaskTracker::new())),
             "the first stays"
         );
         let stub = Arc::new(Stub {

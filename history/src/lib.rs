@@ -71,6 +71,7 @@ mod redis_history;
 pub mod test_support;
 
 pub use config::HistoryConfig;
+pub use group_commit::{Spawner, Task};
 pub use ids::{LogId, LogKind};
 pub use notify::{Change, Followed};
 pub use redis_history::{RedisHistory, APPEND_SCRIPT, READ_BYTES};

@@ -10,7 +10,7 @@
 //! of one slot only in one script call on a cluster ([`take_group`]).
 
 use super::connection::Connection;
-use super::group_commit::{Commits, Pending};
+use super::group_commit::{Commits, Pending, Spawner};
 use super::{History, HistoryConfig, HistoryError, Known, Meta, MetaUpdate, Snapshot, Updated};
 use crate::ids::LogId;
 use crate::notify::{Followed, Notifier};
@@ -276,15 +276,16 @@ impl RedisHistory {
         evicts
     }
 
-    /// Spawns this history's background tasks (the group commit's flushing
-    /// task and its script calls) on `tracker` from now on, so that the
-    /// caller's shutdown waits for appends in flight; until then, and if a
-    /// tracker was set already, they are spawned as before (the first
-    /// tracker stays). The announcement connection's task is not one of
-    /// them: it runs until the history is dropped.
-    pub fn set_task_tracker(&self, tracker: tokio_util::task::TaskTracker) {
-        if !self.commits.set_task_tracker(tracker) {
-            tracing::debug!("the history's task tracker was set already; kept");
+    /// Runs the history's background tasks (the group commit's flushing
+    /// task and its script calls) with `spawner` from now on — the
+    /// server's tracked tasks, so that its shutdown waits for appends in
+    /// flight and drops them at its hard stop; until then, and if a
+    /// spawner was set already, they are spawned with `tokio::spawn` (the
+    /// first spawner stays). The announcement connection's task is not one
+    /// of them: it runs until the history is dropped.
+    pub fn set_spawner(&self, spawner: Spawner) {
+        if !self.commits.set_spawner(spawner) {
+            tracing::debug!("the history's spawner was set already; kept");
         }
     }
 

@@ -595,6 +595,7 @@ impl AppState {
         shutdown: watch::Receiver<bool>,
     ) -> Result<Self, StartError> {
         config.validate()?;
+        let mut redis_history = None;
         let history: Arc<dyn SessionHistory> = match &config.redis {
             Some(redis) => {
                 let mut redis = redis.clone();
@@ -605,11 +606,23 @@ impl AppState {
                 redis.idle = config.idle_timeout
                     + 2 * config.ping_interval.max(std::time::Duration::from_secs(5));
                 let redis = Arc::new(RedisHistory::connect(redis).await?);
+                redis_history = Some(Arc::clone(&redis));
                 Arc::new(Replicated::new(redis, config.max_queued_emits))
             }
             None => Arc::new(Local),
         };
-        Ok(Self::with_history(config, history, shutdown)?)
+        let state = Self::with_history(config, history, shutdown)?;
+        if let Some(redis) = redis_history {
+            // The group commit's flusher and its script calls run among the
+            // server's tracked tasks: a shutdown waits for appends in
+            // flight, and drops them at its hard stop.
+            let lifecycle = Arc::downgrade(&state.0);
+            redis.set_spawner(Arc::new(move |task| match lifecycle.upgrade() {
+                Some(state) => drop(tokio::spawn(state.lifecycle.track(task))),
+                None => drop(tokio::spawn(task)),
+            }));
+        }
+        Ok(state)
     }
 
     fn with_history(
