@@ -271,7 +271,13 @@ impl SharedHistory {
             if is_terminal(message) {
                 entry.stored_terminal(seq);
                 // Best effort: a log that is not marked expires when idle.
-                let _ = self.history.complete(&log, grace).await;
+                if let Err(error) = self.history.complete(&log, grace).await {
+                    tracing::warn!(
+                        stream = %log.tag(),
+                        %error,
+                        "the finished stream is not marked complete in the shared history; it expires when idle"
+                    );
+                }
             }
         }
         Ok(seq)
