@@ -12,7 +12,8 @@
 
 use crate::connection::Connection;
 use crate::ids::LogId;
-use crate::redis_history::{bounded, parse_seq, text_of, Keys, RedisHistory};
+use crate::keys::{keys_ttl, Keys};
+use crate::reply::{bounded, parse_seq, text_of};
 use crate::{HistoryConfig, HistoryError, Known};
 use bytes::Bytes;
 use redis::cluster_routing::Slot;
@@ -334,7 +335,7 @@ async fn commit(
     invocation
         .arg(config.retention)
         .arg(config.retention_bytes)
-        .arg(RedisHistory::keys_ttl(config.idle))
+        .arg(keys_ttl(config.idle))
         .arg(if lossless { "1" } else { "0" });
     for pending in calls {
         let keys = Keys::of(&pending.id);

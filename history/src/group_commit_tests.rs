@@ -351,7 +351,7 @@ mod flushing {
 mod script {
     use super::*;
     use crate::test_support::{Persistence, RedisServer};
-    use crate::{History, Meta};
+    use crate::{History, Meta, RedisHistory};
     use ::redis::aio::{ConnectionManager, MultiplexedConnection};
     use futures_util::StreamExt;
     use std::collections::HashMap;

@@ -59,12 +59,14 @@ mod connection;
 mod contract_tests;
 mod group_commit;
 pub mod ids;
+mod keys;
 /// An in-memory [`History`] with fault injection, for tests of what runs
 /// over a history.
 #[cfg(any(test, feature = "test-support"))]
 pub mod memory;
 pub mod notify;
 mod redis_history;
+mod reply;
 /// A real `redis-server` for one test (Debian's package), for the tests of
 /// the history and of the crates over it.
 #[cfg(any(test, feature = "test-support"))]

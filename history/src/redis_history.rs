@@ -11,13 +11,15 @@
 
 use super::connection::Connection;
 use super::group_commit::{Commits, Pending, Spawner};
+use super::keys::{keys_ttl, ms, Keys};
+use super::reply::{bounded, caller_meta, entries, parse_epoch, parse_seq, text_of, unavailable};
 use super::{History, HistoryConfig, HistoryError, Known, Meta, MetaUpdate, Snapshot, Updated};
 use crate::ids::LogId;
 use crate::notify::{Followed, Notifier};
 use bytes::Bytes;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
-use redis::{Client, ErrorKind, IntoConnectionInfo, RedisError, Script, Value};
+use redis::{Client, IntoConnectionInfo, RedisError, Script, Value};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -64,29 +66,6 @@ struct Scripts {
     update: Script,
     read: Script,
     complete: Script,
-}
-
-/// The keys of session `id` (see the module docs).
-pub(crate) struct Keys {
-    pub(crate) stream: String,
-    pub(crate) meta: String,
-    pub(crate) sizes: String,
-}
-
-impl Keys {
-    /// The key of log `id`'s token `name`: in the log's slot, expiring
-    /// with the token.
-    fn token(id: &LogId, name: &str) -> String {
-        format!("gapless:{{{id}}}:t:{name}")
-    }
-
-    pub(crate) fn of(id: &LogId) -> Self {
-        Self {
-            stream: format!("gapless:{{{id}}}:s"),
-            meta: format!("gapless:{{{id}}}:m"),
-            sizes: format!("gapless:{{{id}}}:z"),
-        }
-    }
 }
 
 impl RedisHistory {
@@ -331,20 +310,6 @@ impl RedisHistory {
             .map(drop)
     }
 
-    fn ms(duration: Duration) -> u64 {
-        u64::try_from(duration.as_millis())
-            .unwrap_or(u64::MAX)
-            .max(1)
-    }
-
-    /// The time to live, in ms, every script gives a session's keys: the
-    /// idle period and a quarter of it, so that an append may skip renewing
-    /// it for a fifth of it (see `append.lua`) and the keys still outlive
-    /// the last activity by the idle period.
-    pub(crate) fn keys_ttl(idle: Duration) -> u64 {
-        Self::ms(idle).saturating_add(Self::ms(idle) / 4)
-    }
-
     /// The announcement connection, started by the first
     /// [`History::follow`].
     fn notifier(&self) -> &Arc<Notifier> {
@@ -384,7 +349,7 @@ impl History for RedisHistory {
             .run(&self.scripts.create, id, |invocation| {
                 invocation
                     .arg(format!("{epoch:016x}"))
-                    .arg(Self::keys_ttl(self.config.idle));
+                    .arg(keys_ttl(self.config.idle));
                 for (name, value) in meta {
                     invocation.arg(name).arg(value);
                 }
@@ -431,7 +396,7 @@ impl History for RedisHistory {
                 invocation
                     .arg(after)
                     .arg(max_bytes)
-                    .arg(Self::keys_ttl(self.config.idle));
+                    .arg(keys_ttl(self.config.idle));
             })
             .await?;
         let items = match value {
@@ -462,7 +427,7 @@ impl History for RedisHistory {
     async fn complete(&self, id: &LogId, grace: Duration) -> Result<bool, HistoryError> {
         let completed: i64 = self
             .run(&self.scripts.complete, id, |invocation| {
-                invocation.arg(Self::ms(grace).max(1));
+                invocation.arg(ms(grace).max(1));
             })
             .await?;
         Ok(completed == 1)
@@ -485,7 +450,7 @@ impl History for RedisHistory {
     async fn update_meta(&self, id: &LogId, update: &MetaUpdate) -> Result<Updated, HistoryError> {
         let value: Value = self
             .run(&self.scripts.update, id, |invocation| {
-                invocation.arg(Self::keys_ttl(self.config.idle));
+                invocation.arg(keys_ttl(self.config.idle));
                 invocation.arg(
                     update
                         .epoch
@@ -531,7 +496,7 @@ impl History for RedisHistory {
                 .arg(Keys::token(id, name))
                 .arg(value)
                 .arg("PX")
-                .arg(Self::ms(ttl))
+                .arg(ms(ttl))
                 .query_async::<()>(&mut connection),
         )
         .await
@@ -559,118 +524,6 @@ impl History for RedisHistory {
             .await?;
         Ok(exists == 1)
     }
-}
-
-/// An epoch as the scripts hold it: 16 hex digits, never 0.
-fn parse_epoch(text: &str) -> Result<u64, HistoryError> {
-    u64::from_str_radix(text, 16)
-        .ok()
-        .filter(|epoch| *epoch != 0)
-        .ok_or_else(|| HistoryError::Corrupt(format!("epoch {text:?}")))
-}
-
-/// The caller's fields of a meta hash, as the scripts return them: a flat
-/// `[name, value, …]` with the history's own fields left out.
-fn caller_meta(value: Value) -> Result<Meta, HistoryError> {
-    let fields = match value {
-        Value::Array(fields) => fields,
-        Value::Nil => return Ok(Meta::new()),
-        other => return Err(HistoryError::Corrupt(format!("meta {other:?}"))),
-    };
-    let mut fields = fields.into_iter();
-    let mut meta = Meta::new();
-    while let Some(name) = fields.next() {
-        let value = fields
-            .next()
-            .ok_or_else(|| HistoryError::Corrupt("meta: a name without a value".into()))?;
-        meta.insert(text_of(name)?, text_of(value)?);
-    }
-    Ok(meta)
-}
-
-/// `call` within `timeout`, its error typed.
-pub(crate) async fn bounded<T>(
-    timeout: Duration,
-    call: impl Future<Output = Result<T, RedisError>>,
-) -> Result<T, HistoryError> {
-    match tokio::time::timeout(timeout, call).await {
-        Ok(result) => result.map_err(typed),
-        Err(_) => Err(HistoryError::Unavailable(format!(
-            "no answer within {timeout:?}"
-        ))),
-    }
-}
-
-/// Types a Redis error: our scripts' refusals by their code, everything
-/// else (I/O, timeouts, OOM, LOADING, a busy script) as unavailable, and
-/// replies of the wrong shape as corrupt.
-fn typed(error: RedisError) -> HistoryError {
-    if error.code() == Some("GONE") {
-        return HistoryError::Gone;
-    }
-    match error.kind() {
-        ErrorKind::Parse | ErrorKind::UnexpectedReturnType => {
-            HistoryError::Corrupt(error.to_string())
-        }
-        _ => unavailable(error),
-    }
-}
-
-fn unavailable(error: RedisError) -> HistoryError {
-    HistoryError::Unavailable(error.to_string())
-}
-
-/// A decimal seq as Redis holds it.
-pub(crate) fn parse_seq(text: &str) -> Result<u64, HistoryError> {
-    text.trim()
-        .parse()
-        .map_err(|_| HistoryError::Corrupt(format!("seq {text:?}")))
-}
-
-pub(crate) fn text_of(value: Value) -> Result<String, HistoryError> {
-    match value {
-        Value::BulkString(bytes) => {
-            String::from_utf8(bytes).map_err(|e| HistoryError::Corrupt(e.to_string()))
-        }
-        Value::SimpleString(text) => Ok(text),
-        Value::Int(n) => Ok(n.to_string()),
-        other => Err(HistoryError::Corrupt(format!(
-            "expected text, got {other:?}"
-        ))),
-    }
-}
-
-/// Stream entries `[[id, [field, value, …]], …]` as `(seq, payload)`.
-fn entries(value: Value) -> Result<Vec<(u64, Bytes)>, HistoryError> {
-    let entries = match value {
-        Value::Array(entries) => entries,
-        Value::Nil => return Ok(Vec::new()),
-        other => return Err(HistoryError::Corrupt(format!("entries {other:?}"))),
-    };
-    entries
-        .into_iter()
-        .map(|entry| {
-            let Value::Array(parts) = entry else {
-                return Err(HistoryError::Corrupt("an entry is not an array".into()));
-            };
-            let mut parts = parts.into_iter();
-            let id = text_of(parts.next().unwrap_or(Value::Nil))?;
-            let seq = id
-                .strip_prefix("0-")
-                .ok_or_else(|| HistoryError::Corrupt(format!("entry ID {id:?}")))
-                .and_then(parse_seq)?;
-            let payload = match parts.next() {
-                Some(Value::Array(fields)) if fields.len() == 2 => {
-                    match fields.into_iter().nth(1) {
-                        Some(Value::BulkString(bytes)) => Bytes::from(bytes),
-                        other => return Err(HistoryError::Corrupt(format!("payload {other:?}"))),
-                    }
-                }
-                other => return Err(HistoryError::Corrupt(format!("fields {other:?}"))),
-            };
-            Ok((seq, payload))
-        })
-        .collect()
 }
 
 #[cfg(test)]

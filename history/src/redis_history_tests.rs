@@ -2,7 +2,7 @@
 //! `redis-server` (the group commit's are in `group_commit_tests.rs`).
 
 mod grouping {
-    use crate::redis_history::Keys;
+    use crate::keys::Keys;
     use crate::LogId;
     use redis::cluster_routing::Slot;
 
@@ -26,7 +26,8 @@ mod grouping {
 
 /// The keys' expiry against a real `redis-server`.
 mod expiry {
-    use super::super::{Keys, RedisHistory};
+    use super::super::RedisHistory;
+    use crate::keys::Keys;
     use crate::test_support::{Persistence, RedisServer};
     use crate::LogId;
     use crate::{History, HistoryConfig, Known};

@@ -4,8 +4,8 @@
 
 use crate::admission::{ClientSlot, Held};
 use crate::ids::{same_key, PublishKey, SessionId};
+use crate::lifecycle::Lifecycle;
 use crate::replica::{Committer, Drainers, Mirror};
-use crate::state::Lifecycle;
 use gapless::session::{Session, SessionOptions};
 use gapless::{SingleWriter, Writer};
 use std::sync::atomic::{AtomicU64, AtomicUsize};

@@ -60,6 +60,7 @@ mod history;
 mod ids;
 mod json;
 mod layers;
+mod lifecycle;
 mod metrics;
 mod replica;
 mod routes;

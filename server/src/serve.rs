@@ -11,9 +11,10 @@
 use crate::client_addr::{is_trusted, ClientKey};
 use crate::config::ServerConfig;
 use crate::connection::{ConnectionHandle, Peer};
+use crate::lifecycle::turned_true;
 use crate::metrics::Limit;
 use crate::routes::router;
-use crate::state::{turned_true, AppState, ServerState};
+use crate::state::{AppState, ServerState};
 use axum::extract::Request;
 use gapless_client::Failure;
 use hyper::body::Incoming;

@@ -198,6 +198,7 @@ mod replay;
 pub mod shared;
 mod signal;
 mod store;
+mod store_error;
 mod stream;
 
 pub use id::{ParseIdError, StoreEventId, StreamKey, StreamKeyKind, MAX_ID_LEN, STREAM_KEY_LEN};
@@ -205,4 +206,5 @@ pub use lifecycle::{StreamLimits, TimeSource};
 pub use replay::ReplayStream;
 pub use shared::{RemoteReplay, SharedStoreError};
 pub use signal::{Reason, EVENTS_LOST, UNKNOWN_REQUEST_ID};
-pub use store::{GaplessEventStore, StoreError};
+pub use store::GaplessEventStore;
+pub use store_error::StoreError;

@@ -45,7 +45,7 @@
 use crate::id::{StoreEventId, StreamKey};
 use crate::record::{self, Record};
 use crate::signal::{Reason, Signal};
-use crate::store::StoreError;
+use crate::store_error::StoreError;
 use crate::stream::{is_terminal, StreamEntry};
 use bytes::Bytes;
 use futures_core::Stream;

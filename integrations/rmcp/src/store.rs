@@ -5,6 +5,7 @@ use crate::lifecycle::{Clock, Due, StreamLimits};
 use crate::record::{self, Record};
 use crate::replay::ReplayStream;
 use crate::signal::{Reason, Signal};
+use crate::store_error::StoreError;
 use crate::stream::{is_terminal, StreamEntry, StreamKind};
 use gapless::id::RandomSourceError;
 use gapless::{Config, ConfigError, Coverage, EmitError, Ring, Store};
@@ -39,37 +40,6 @@ pub struct GaplessEventStore {
     /// How often a replay from the shared history reads it while waiting,
     /// announced or not ([`with_follow_poll`](Self::with_follow_poll)).
     pub(crate) follow_poll: Duration,
-}
-
-/// Why [`GaplessEventStore::store`] stored nothing.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum StoreError {
-    /// The operating system's random source failed to draw a new stream's
-    /// key.
-    RandomSource(RandomSourceError),
-    /// The stream's ring refused the event for another reason than its
-    /// size (a message too large is stored as a placeholder): one of
-    /// gapless's emit errors this store does not expect.
-    Ring(EmitError),
-}
-
-impl std::fmt::Display for StoreError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::RandomSource(error) => write!(f, "cannot draw a stream key: {error}"),
-            Self::Ring(error) => write!(f, "the stream's ring did not take the event: {error}"),
-        }
-    }
-}
-
-impl std::error::Error for StoreError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Self::RandomSource(error) => Some(error),
-            Self::Ring(error) => Some(error),
-        }
-    }
 }
 
 impl std::fmt::Debug for GaplessEventStore {

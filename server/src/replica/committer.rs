@@ -11,7 +11,7 @@
 use super::mirror::Mirror;
 use super::ReplicaError;
 use crate::history::{History, Known};
-use crate::state::turned_true;
+use crate::lifecycle::turned_true;
 use bytes::Bytes;
 use std::collections::VecDeque;
 use std::future::Future;

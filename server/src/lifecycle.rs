@@ -1,0 +1,45 @@
+//! The server's lifecycle: its two shutdown phases (streams end cleanly,
+//! then whatever is still open is dropped) and every task that must end
+//! before the server has stopped.
+
+use std::future::Future;
+use tokio::sync::watch;
+use tokio_util::task::TaskTracker;
+
+/// Resolves once `signal` is true (at once if it already is, and forever
+/// pending if its sender is gone without turning it true). Holds no borrow
+/// of the value across an await, so it fits any `select!`.
+pub(crate) async fn turned_true(signal: &mut watch::Receiver<bool>) {
+    if signal.wait_for(|on| *on).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// The server's lifecycle: the two shutdown phases and every task that
+/// must end before the server has stopped.
+pub(crate) struct Lifecycle {
+    /// Turns true when shutdown starts: streams end cleanly (SSE bodies
+    /// end, WebSockets close with 1001).
+    pub(crate) shutdown: watch::Receiver<bool>,
+    /// Turns true when the grace period is over: whatever is still open
+    /// (a client that stopped reading) is dropped.
+    pub(crate) hard_stop: watch::Sender<bool>,
+    /// Connections, stream deliveries and WebSocket tasks.
+    pub(crate) tasks: TaskTracker,
+}
+
+impl Lifecycle {
+    /// Runs `task` tracked, dropping it when the hard stop comes.
+    pub(crate) fn track<F>(&self, task: F) -> impl Future<Output = ()> + Send + 'static
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let mut hard_stop = self.hard_stop.subscribe();
+        self.tasks.track_future(async move {
+            tokio::select! {
+                () = task => {}
+                () = turned_true(&mut hard_stop) => {}
+            }
+        })
+    }
+}
