@@ -359,6 +359,55 @@ mod script {
 
     const EPOCH: u64 = 0x0123_4567_89ab_cdef;
 
+    /// A `redis-server` of its own with the history on it, a connection
+    /// for the append script's calls, a probe connection and the script.
+    struct Rig {
+        redis: RedisServer,
+        config: HistoryConfig,
+        history: RedisHistory,
+        connection: Connection,
+        con: MultiplexedConnection,
+        script: Script,
+    }
+
+    impl Rig {
+        /// A fresh Redis, the history keeping `retention` events and
+        /// `retention_bytes` of payload per log.
+        async fn start(retention: usize, retention_bytes: usize) -> Self {
+            let redis = RedisServer::start(Persistence::None);
+            let config = HistoryConfig {
+                url: redis.url(),
+                cluster: false,
+                timeout: PATIENT,
+                retention,
+                retention_bytes,
+                idle: Duration::from_secs(600),
+                ca_file: None,
+            };
+            let history = RedisHistory::connect(config.clone())
+                .await
+                .expect("redis-server answers");
+            let client = ::redis::Client::open(redis.url()).expect("a URL");
+            let connection = Connection::Single(
+                ConnectionManager::new(client.clone())
+                    .await
+                    .expect("a connection"),
+            );
+            let con = client
+                .get_multiplexed_async_connection()
+                .await
+                .expect("a probe connection");
+            Self {
+                redis,
+                config,
+                history,
+                connection,
+                con,
+                script: Script::new(crate::APPEND_SCRIPT),
+            }
+        }
+    }
+
     /// Far beyond any call here: only a hang reaches it.
     const PATIENT: Duration = Duration::from_secs(10);
 
@@ -515,30 +564,14 @@ mod script {
     /// a damaged one (a deleted stream made afresh).
     #[tokio::test]
     async fn a_damaged_session_is_answered_alone_and_its_neighbours_appended_once() {
-        let redis = RedisServer::start(Persistence::None);
-        let config = HistoryConfig {
-            url: redis.url(),
-            cluster: false,
-            timeout: PATIENT,
-            retention: 4,
-            retention_bytes: 1 << 20,
-            idle: Duration::from_secs(600),
-            ca_file: None,
-        };
-        let history = RedisHistory::connect(config.clone())
-            .await
-            .expect("redis-server answers");
-        let client = ::redis::Client::open(redis.url()).expect("a URL");
-        let connection = Connection::Single(
-            ConnectionManager::new(client.clone())
-                .await
-                .expect("a connection"),
-        );
-        let mut con = client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("a probe connection");
-        let script = Script::new(crate::APPEND_SCRIPT);
+        let Rig {
+            redis,
+            config,
+            history,
+            connection,
+            mut con,
+            script,
+        } = Rig::start(4, 1 << 20).await;
         let ids: Vec<LogId> = (0..64)
             .map(|_| LogId::random().expect("the OS random source"))
             .collect();
@@ -562,6 +595,7 @@ mod script {
         for id in &ids {
             before.push(state(&mut con, id).await);
         }
+        let client = ::redis::Client::open(redis.url()).expect("a URL");
         let mut pubsub = client
             .get_async_pubsub()
             .await
@@ -652,30 +686,14 @@ mod script {
     /// trimmed by bytes (one event kept larger than the limit).
     #[tokio::test]
     async fn sound_sessions_in_every_shape_pass_the_checks() {
-        let redis = RedisServer::start(Persistence::None);
-        let config = HistoryConfig {
-            url: redis.url(),
-            cluster: false,
-            timeout: PATIENT,
-            retention: 1000,
-            retention_bytes: 100,
-            idle: Duration::from_secs(600),
-            ca_file: None,
-        };
-        let history = RedisHistory::connect(config.clone())
-            .await
-            .expect("redis-server answers");
-        let client = ::redis::Client::open(redis.url()).expect("a URL");
-        let connection = Connection::Single(
-            ConnectionManager::new(client.clone())
-                .await
-                .expect("a connection"),
-        );
-        let mut con = client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("a probe connection");
-        let script = Script::new(crate::APPEND_SCRIPT);
+        let Rig {
+            redis: _redis,
+            config,
+            history,
+            connection,
+            mut con,
+            script,
+        } = Rig::start(1000, 100).await;
         let id = LogId::random().expect("the OS random source");
         assert!(history
             .create(&id, EPOCH, &Meta::new())
@@ -752,30 +770,14 @@ mod script {
     /// added and deleted) the log is damaged, nothing written.
     #[tokio::test]
     async fn an_empty_stream_is_checked_by_its_top_id() {
-        let redis = RedisServer::start(Persistence::None);
-        let config = HistoryConfig {
-            url: redis.url(),
-            cluster: false,
-            timeout: PATIENT,
-            retention: 0,
-            retention_bytes: 1 << 20,
-            idle: Duration::from_secs(600),
-            ca_file: None,
-        };
-        let history = RedisHistory::connect(config.clone())
-            .await
-            .expect("redis-server answers");
-        let client = ::redis::Client::open(redis.url()).expect("a URL");
-        let connection = Connection::Single(
-            ConnectionManager::new(client.clone())
-                .await
-                .expect("a connection"),
-        );
-        let mut con = client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("a probe connection");
-        let script = Script::new(crate::APPEND_SCRIPT);
+        let Rig {
+            redis: _redis,
+            config,
+            history,
+            connection,
+            mut con,
+            script,
+        } = Rig::start(0, 1 << 20).await;
         let id = LogId::random().expect("the OS random source");
         assert!(history
             .create(&id, EPOCH, &Meta::new())
@@ -815,29 +817,14 @@ mod script {
     /// written, and the first appended once.
     #[tokio::test]
     async fn a_session_twice_in_one_call_is_appended_once() {
-        let redis = RedisServer::start(Persistence::None);
-        let config = HistoryConfig {
-            url: redis.url(),
-            cluster: false,
-            timeout: PATIENT,
-            retention: 1000,
-            retention_bytes: 1 << 20,
-            idle: Duration::from_secs(600),
-            ca_file: None,
-        };
-        let history = RedisHistory::connect(config.clone())
-            .await
-            .expect("redis-server answers");
-        let client = ::redis::Client::open(redis.url()).expect("a URL");
-        let connection = Connection::Single(
-            ConnectionManager::new(client.clone())
-                .await
-                .expect("a connection"),
-        );
-        let mut con = client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("a probe connection");
+        let Rig {
+            redis: _redis,
+            config,
+            history,
+            connection,
+            mut con,
+            script,
+        } = Rig::start(1000, 1 << 20).await;
         let id = LogId::random().expect("the OS random source");
         assert!(history
             .create(&id, EPOCH, &Meta::new())
@@ -845,7 +832,6 @@ mod script {
             .expect("created"));
         let mut calls = batches(&[id], 0, 2);
         calls.extend(batches(&[id], 2, 1));
-        let script = Script::new(crate::APPEND_SCRIPT);
         let answers = commit(&connection, &script, &config, false, &calls)
             .await
             .expect("a call");
