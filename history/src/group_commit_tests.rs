@@ -406,6 +406,26 @@ mod script {
                 script: Script::new(crate::APPEND_SCRIPT),
             }
         }
+
+        /// A new log, created empty under [`EPOCH`].
+        async fn log(&self) -> LogId {
+            let id = LogId::random().expect("the OS random source");
+            assert!(self
+                .history
+                .create(&id, EPOCH, &Meta::new())
+                .await
+                .expect("created"));
+            id
+        }
+
+        /// One call of the append script carrying `calls`, as the
+        /// flushing task makes it.
+        async fn call(
+            &self,
+            calls: &[Pending],
+        ) -> Result<Vec<Result<(u64, u64), HistoryError>>, HistoryError> {
+            commit(&self.connection, &self.script, &self.config, false, calls).await
+        }
     }
 
     /// Far beyond any call here: only a hang reaches it.
@@ -564,24 +584,13 @@ mod script {
     /// a damaged one (a deleted stream made afresh).
     #[tokio::test]
     async fn a_damaged_session_is_answered_alone_and_its_neighbours_appended_once() {
-        let Rig {
-            redis,
-            config,
-            history,
-            connection,
-            mut con,
-            script,
-        } = Rig::start(4, 1 << 20).await;
-        let ids: Vec<LogId> = (0..64)
-            .map(|_| LogId::random().expect("the OS random source"))
-            .collect();
-        for id in &ids {
-            assert!(history
-                .create(id, EPOCH, &Meta::new())
-                .await
-                .expect("created"));
+        let mut rig = Rig::start(4, 1 << 20).await;
+        let mut ids = Vec::new();
+        for _ in 0..64 {
+            ids.push(rig.log().await);
         }
-        let answers = commit(&connection, &script, &config, false, &batches(&ids, 0, 5))
+        let answers = rig
+            .call(&batches(&ids, 0, 5))
             .await
             .expect("the first call");
         for answer in answers {
@@ -589,13 +598,13 @@ mod script {
         }
         let damaged: HashMap<usize, &str> = DAMAGE.into_iter().collect();
         for (&at, how) in &damaged {
-            damage(&mut con, &ids[at], how).await;
+            damage(&mut rig.con, &ids[at], how).await;
         }
         let mut before = Vec::new();
         for id in &ids {
-            before.push(state(&mut con, id).await);
+            before.push(state(&mut rig.con, id).await);
         }
-        let client = ::redis::Client::open(redis.url()).expect("a URL");
+        let client = ::redis::Client::open(rig.redis.url()).expect("a URL");
         let mut pubsub = client
             .get_async_pubsub()
             .await
@@ -626,10 +635,11 @@ mod script {
                     batch
                 })
                 .collect();
-            let answers = commit(&connection, &script, &config, false, &calls)
+            let answers = rig
+                .call(&calls)
                 .await
                 .unwrap_or_else(|error| panic!("the {round} call of 64 sessions: {error}"));
-            let heard = announced(&mut messages, &mut con).await;
+            let heard = announced(&mut messages, &mut rig.con).await;
             assert_eq!(answers.len(), 64);
             for (at, (id, answer)) in ids.iter().zip(answers).enumerate() {
                 let channel = crate::notify::channel(id);
@@ -641,7 +651,7 @@ mod script {
                         other => panic!("{round} call, session {at} ({how}): {other:?}"),
                     }
                     assert_eq!(
-                        state(&mut con, id).await,
+                        state(&mut rig.con, id).await,
                         before[at],
                         "{round} call, session {at} ({how}): left as it was"
                     );
@@ -658,7 +668,7 @@ mod script {
                     "{round} call, session {at}"
                 );
                 let last = published + 2;
-                let (stored, sizes) = events(&mut con, id).await;
+                let (stored, sizes) = events(&mut rig.con, id).await;
                 let expected: Vec<(u64, Bytes)> = (last - 3..=last)
                     .map(|seq| (seq, payload(id, seq)))
                     .collect();
@@ -666,7 +676,8 @@ mod script {
                 let lengths: Vec<u64> = expected.iter().map(|(_, p)| p.len() as u64).collect();
                 assert_eq!(sizes, lengths, "{round} call, session {at}: its sizes");
                 let keys = Keys::of(id);
-                let meta: HashMap<String, String> = cmd(&mut con, &["HGETALL", &keys.meta]).await;
+                let meta: HashMap<String, String> =
+                    cmd(&mut rig.con, &["HGETALL", &keys.meta]).await;
                 assert_eq!(meta.get("published"), Some(&last.to_string()));
                 assert_eq!(meta.get("retained").map(String::as_str), Some("4"));
                 let bytes: u64 = lengths.iter().sum();
@@ -686,19 +697,8 @@ mod script {
     /// trimmed by bytes (one event kept larger than the limit).
     #[tokio::test]
     async fn sound_sessions_in_every_shape_pass_the_checks() {
-        let Rig {
-            redis: _redis,
-            config,
-            history,
-            connection,
-            mut con,
-            script,
-        } = Rig::start(1000, 100).await;
-        let id = LogId::random().expect("the OS random source");
-        assert!(history
-            .create(&id, EPOCH, &Meta::new())
-            .await
-            .expect("created"));
+        let mut rig = Rig::start(1000, 100).await;
+        let id = rig.log().await;
         let sizes = [30usize, 30, 30, 200, 10, 10, 60, 0, 0];
         for (at, size) in sizes.iter().enumerate() {
             let published = at as u64;
@@ -710,9 +710,7 @@ mod script {
                 },
                 payloads: vec![Bytes::from(vec![b'x'; *size])],
             }];
-            let answers = commit(&connection, &script, &config, false, &batch)
-                .await
-                .expect("a call");
+            let answers = rig.call(&batch).await.expect("a call");
             let answer = answers.into_iter().next().expect("one answer");
             assert_eq!(
                 answer.expect("appended"),
@@ -722,38 +720,26 @@ mod script {
         }
         // From the newest back, as many as fit 100 bytes (never fewer
         // than one): 0, 0, 60, 10, 10 (the 200 went with the next event).
-        let (stored, kept) = events(&mut con, &id).await;
+        let (stored, kept) = events(&mut rig.con, &id).await;
         let seqs: Vec<u64> = stored.iter().map(|(seq, _)| *seq).collect();
         assert_eq!(seqs, [5, 6, 7, 8, 9]);
         assert_eq!(kept, [10, 10, 60, 0, 0]);
         let keys = Keys::of(&id);
-        let meta: HashMap<String, String> = cmd(&mut con, &["HGETALL", &keys.meta]).await;
+        let meta: HashMap<String, String> = cmd(&mut rig.con, &["HGETALL", &keys.meta]).await;
         assert_eq!(meta.get("bytes").map(String::as_str), Some("80"));
         assert_eq!(meta.get("retained").map(String::as_str), Some("5"));
 
         // Trimmed by events within one batch: its own first events go.
-        let config = HistoryConfig {
-            retention: 2,
-            ..config
-        };
-        let id = LogId::random().expect("the OS random source");
-        assert!(history
-            .create(&id, EPOCH, &Meta::new())
-            .await
-            .expect("created"));
+        rig.config.retention = 2;
+        let id = rig.log().await;
         for published in [0, 5] {
-            let answers = commit(
-                &connection,
-                &script,
-                &config,
-                false,
-                &batches(&[id], published, 5),
-            )
-            .await
-            .expect("a call");
+            let answers = rig
+                .call(&batches(&[id], published, 5))
+                .await
+                .expect("a call");
             let answer = answers.into_iter().next().expect("one answer");
             assert_eq!(answer.expect("appended"), (EPOCH, published + 1));
-            let (stored, kept) = events(&mut con, &id).await;
+            let (stored, kept) = events(&mut rig.con, &id).await;
             let last = published + 5;
             let expected: Vec<(u64, Bytes)> = (last - 1..=last)
                 .map(|seq| (seq, payload(&id, seq)))
@@ -770,46 +756,28 @@ mod script {
     /// added and deleted) the log is damaged, nothing written.
     #[tokio::test]
     async fn an_empty_stream_is_checked_by_its_top_id() {
-        let Rig {
-            redis: _redis,
-            config,
-            history,
-            connection,
-            mut con,
-            script,
-        } = Rig::start(0, 1 << 20).await;
-        let id = LogId::random().expect("the OS random source");
-        assert!(history
-            .create(&id, EPOCH, &Meta::new())
-            .await
-            .expect("created"));
+        let mut rig = Rig::start(0, 1 << 20).await;
+        let id = rig.log().await;
         let keys = Keys::of(&id);
         for published in [0, 2] {
-            let answers = commit(
-                &connection,
-                &script,
-                &config,
-                false,
-                &batches(&[id], published, 2),
-            )
-            .await
-            .expect("a call");
+            let answers = rig
+                .call(&batches(&[id], published, 2))
+                .await
+                .expect("a call");
             let answer = answers.into_iter().next().expect("one answer");
             assert_eq!(answer.expect("appended"), (EPOCH, published + 1));
-            assert_eq!(cmd::<i64>(&mut con, &["XLEN", &keys.stream]).await, 0);
-            assert_eq!(cmd::<i64>(&mut con, &["EXISTS", &keys.stream]).await, 1);
+            assert_eq!(cmd::<i64>(&mut rig.con, &["XLEN", &keys.stream]).await, 0);
+            assert_eq!(cmd::<i64>(&mut rig.con, &["EXISTS", &keys.stream]).await, 1);
         }
-        cmd::<String>(&mut con, &["XADD", &keys.stream, "0-50", "d", "stray"]).await;
-        cmd::<i64>(&mut con, &["XDEL", &keys.stream, "0-50"]).await;
-        let before = state(&mut con, &id).await;
-        let answers = commit(&connection, &script, &config, false, &batches(&[id], 4, 1))
-            .await
-            .expect("a call");
+        cmd::<String>(&mut rig.con, &["XADD", &keys.stream, "0-50", "d", "stray"]).await;
+        cmd::<i64>(&mut rig.con, &["XDEL", &keys.stream, "0-50"]).await;
+        let before = state(&mut rig.con, &id).await;
+        let answers = rig.call(&batches(&[id], 4, 1)).await.expect("a call");
         match answers.into_iter().next().expect("one answer") {
             Err(HistoryError::Damaged(what)) => assert!(what.contains("0-50"), "{what}"),
             other => panic!("{other:?}"),
         }
-        assert_eq!(state(&mut con, &id).await, before);
+        assert_eq!(state(&mut rig.con, &id).await, before);
     }
 
     /// A session twice in one call (the flushing task never sends one so,
@@ -817,31 +785,18 @@ mod script {
     /// written, and the first appended once.
     #[tokio::test]
     async fn a_session_twice_in_one_call_is_appended_once() {
-        let Rig {
-            redis: _redis,
-            config,
-            history,
-            connection,
-            mut con,
-            script,
-        } = Rig::start(1000, 1 << 20).await;
-        let id = LogId::random().expect("the OS random source");
-        assert!(history
-            .create(&id, EPOCH, &Meta::new())
-            .await
-            .expect("created"));
+        let mut rig = Rig::start(1000, 1 << 20).await;
+        let id = rig.log().await;
         let mut calls = batches(&[id], 0, 2);
         calls.extend(batches(&[id], 2, 1));
-        let answers = commit(&connection, &script, &config, false, &calls)
-            .await
-            .expect("a call");
+        let answers = rig.call(&calls).await.expect("a call");
         let mut answers = answers.into_iter();
         assert_eq!(answers.next().expect("two").expect("appended"), (EPOCH, 1));
         match answers.next().expect("two") {
             Err(HistoryError::Unavailable(_)) => {}
             other => panic!("{other:?}"),
         }
-        let (stored, _) = events(&mut con, &id).await;
+        let (stored, _) = events(&mut rig.con, &id).await;
         assert_eq!(stored.len(), 2);
     }
 
