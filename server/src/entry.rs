@@ -5,7 +5,8 @@
 use crate::admission::{ClientSlot, Held};
 use crate::ids::{same_key, PublishKey, SessionId};
 use crate::lifecycle::Lifecycle;
-use crate::replica::{Committer, Drainers, Mirror};
+use crate::lifecycle::TrackedTasks;
+use crate::replica::{Committer, Mirror};
 use gapless::session::{Session, SessionOptions};
 use gapless::{SingleWriter, Writer};
 use std::sync::atomic::{AtomicU64, AtomicUsize};
@@ -27,7 +28,7 @@ pub(crate) struct Entry {
     pub(crate) committer: OnceLock<Arc<Committer>>,
     /// Where the committer's drainers run: the server's tracked tasks (a
     /// shutdown waits for the appends in flight, up to its hard stop).
-    drainers: Drainers,
+    drainers: TrackedTasks,
     /// Bumped whenever the session's attachment changes or it ends, so a
     /// stream that is no longer current (an SSE stream superseded by a
     /// WebSocket, a deleted session) wakes and ends at once.
@@ -138,7 +139,7 @@ impl Entry {
             session,
             mirror: Arc::new(Mirror::new(id, writer)),
             committer: OnceLock::new(),
-            drainers: Drainers::new(lifecycle.tasks.clone(), lifecycle.hard_stop.subscribe()),
+            drainers: lifecycle.tracked_tasks(),
             publish_key,
             admission: Mutex::new(None),
             changed: watch::channel(0).0,

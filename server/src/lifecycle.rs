@@ -29,16 +29,55 @@ pub(crate) struct Lifecycle {
 }
 
 impl Lifecycle {
+    /// A handle that runs tasks as this lifecycle's ([`TrackedTasks`]).
+    pub(crate) fn tracked_tasks(&self) -> TrackedTasks {
+        TrackedTasks {
+            tasks: self.tasks.clone(),
+            hard_stop: self.hard_stop.subscribe(),
+        }
+    }
+
     /// Runs `task` tracked, dropping it when the hard stop comes.
     pub(crate) fn track<F>(&self, task: F) -> impl Future<Output = ()> + Send + 'static
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        let mut hard_stop = self.hard_stop.subscribe();
+        self.tracked_tasks().track(task)
+    }
+}
+
+/// Runs tasks as the lifecycle's: tracked (a shutdown waits for them
+/// during its grace period) and dropped at the hard stop (an append to a
+/// Redis that does not answer would otherwise hold the shutdown for its
+/// whole deadline). A cloneable handle, for what outlives a borrow of the
+/// [`Lifecycle`]: a session's committer, the history's group commit.
+#[derive(Clone, Debug)]
+pub(crate) struct TrackedTasks {
+    /// The server's tracked tasks.
+    tasks: TaskTracker,
+    /// Turns true at the hard stop.
+    hard_stop: watch::Receiver<bool>,
+}
+
+impl TrackedTasks {
+    /// Tasks tracked by `tasks`, dropped once `hard_stop` turns true.
+    #[cfg(test)]
+    pub(crate) fn new(tasks: TaskTracker, hard_stop: watch::Receiver<bool>) -> Self {
+        Self { tasks, hard_stop }
+    }
+
+    /// `task`, tracked, until it ends or the hard stop comes (a task
+    /// polled first after the hard stop never runs).
+    pub(crate) fn track<F>(&self, task: F) -> impl Future<Output = ()> + Send + 'static
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let mut hard_stop = self.hard_stop.clone();
         self.tasks.track_future(async move {
             tokio::select! {
-                () = task => {}
+                biased;
                 () = turned_true(&mut hard_stop) => {}
+                () = task => {}
             }
         })
     }

@@ -578,11 +578,8 @@ impl AppState {
             // The group commit's flusher and its script calls run among the
             // server's tracked tasks: a shutdown waits for appends in
             // flight, and drops them at its hard stop.
-            let lifecycle = Arc::downgrade(&state.0);
-            redis.set_spawner(Arc::new(move |task| match lifecycle.upgrade() {
-                Some(state) => drop(tokio::spawn(state.lifecycle.track(task))),
-                None => drop(tokio::spawn(task)),
-            }));
+            let tasks = state.0.lifecycle.tracked_tasks();
+            redis.set_spawner(Arc::new(move |task| drop(tokio::spawn(tasks.track(task)))));
         }
         Ok(state)
     }

@@ -3,7 +3,7 @@
 //! next seqs), answered, then handed to the session's [`Mirror`].
 //!
 //! At most one drainer task per session appends; it runs among the
-//! server's tracked tasks ([`Drainers`]: a shutdown waits for the appends
+//! server's tracked tasks ([`TrackedTasks`]: a shutdown waits for the appends
 //! in flight, until its hard stop drops them), and whatever ends it — an
 //! empty queue, or a panic (a bug) — lets the next emit start another. No
 //! emit waits past its deadline for its answer.
@@ -11,52 +11,17 @@
 use super::mirror::Mirror;
 use super::ReplicaError;
 use crate::history::{History, Known};
-use crate::lifecycle::turned_true;
+use crate::lifecycle::TrackedTasks;
 use bytes::Bytes;
 use std::collections::VecDeque;
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::runtime::Handle;
-use tokio::sync::{oneshot, watch, OwnedSemaphorePermit};
+use tokio::sync::{oneshot, OwnedSemaphorePermit};
 use tokio::time::Instant;
-use tokio_util::task::TaskTracker;
 
 /// Emits appended per script call at most.
 pub(crate) const APPEND_BATCH: usize = 64;
-
-/// Where drainers run: the server's lifecycle tasks, which a shutdown
-/// waits for during its grace period, each dropped at the hard stop (an
-/// append to a Redis that does not answer would otherwise hold the
-/// shutdown for the append's whole deadline).
-#[derive(Clone, Debug)]
-pub(crate) struct Drainers {
-    /// The server's tracked tasks.
-    tasks: TaskTracker,
-    /// Turns true at the hard stop.
-    hard_stop: watch::Receiver<bool>,
-}
-
-impl Drainers {
-    /// Drainers tracked by `tasks`, dropped once `hard_stop` turns true.
-    pub(crate) fn new(tasks: TaskTracker, hard_stop: watch::Receiver<bool>) -> Self {
-        Self { tasks, hard_stop }
-    }
-
-    /// Runs `drainer` on `runtime`, tracked, until it ends or the hard
-    /// stop comes (a drainer started after the hard stop never runs).
-    fn spawn(&self, drainer: impl Future<Output = ()> + Send + 'static, runtime: &Handle) {
-        let mut hard_stop = self.hard_stop.clone();
-        let drainer = async move {
-            tokio::select! {
-                biased;
-                () = turned_true(&mut hard_stop) => {}
-                () = drainer => {}
-            }
-        };
-        self.tasks.spawn_on(drainer, runtime);
-    }
-}
 
 /// An emit waiting for the drainer.
 struct Queued {
@@ -80,7 +45,7 @@ pub(crate) struct Committer {
     /// it ends.
     draining: AtomicBool,
     /// Where drainers run.
-    drainers: Drainers,
+    drainers: TrackedTasks,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -92,7 +57,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Committer {
     /// The committer of `mirror`'s session, whose drainers run among
     /// `drainers`.
-    pub(crate) fn new(mirror: Arc<Mirror>, drainers: Drainers) -> Self {
+    pub(crate) fn new(mirror: Arc<Mirror>, drainers: TrackedTasks) -> Self {
         Self {
             mirror,
             queue: Mutex::new(VecDeque::new()),
@@ -161,9 +126,10 @@ impl Committer {
         // unfinished) there is nothing to run it on: the emits still queued
         // expire at their deadlines.
         match Handle::try_current() {
-            Ok(runtime) => self
-                .drainers
-                .spawn(Arc::clone(self).drain(Arc::clone(history)), &runtime),
+            Ok(runtime) => {
+                let drainer = Arc::clone(self).drain(Arc::clone(history));
+                drop(runtime.spawn(self.drainers.track(drainer)));
+            }
             Err(_) => self.draining.store(false, Ordering::Release),
         }
     }

@@ -28,7 +28,7 @@
 mod committer;
 mod mirror;
 
-pub(crate) use committer::{Committer, Drainers};
+pub(crate) use committer::Committer;
 pub(crate) use mirror::Mirror;
 
 use crate::history::HistoryError;
@@ -90,6 +90,7 @@ mod tests {
     use crate::history::memory::{Faults, MemoryFollower, MemoryHistory, Stored};
     use crate::history::{History, HistoryConfig, Known, LogId, Meta, MetaUpdate, Snapshot};
     use crate::ids::{log_of, SessionId};
+    use crate::lifecycle::TrackedTasks;
     use bytes::Bytes;
     use gapless::{Config, Ring, SingleWriter, Writer};
     use std::collections::BTreeMap;
@@ -122,7 +123,7 @@ mod tests {
             let mirror = Arc::new(Mirror::new(id, writer));
             let tasks = TaskTracker::new();
             let hard_stop = watch::channel(false).0;
-            let drainers = Drainers::new(tasks.clone(), hard_stop.subscribe());
+            let drainers = TrackedTasks::new(tasks.clone(), hard_stop.subscribe());
             Self {
                 id,
                 ring: Arc::clone(mirror.ring()),
