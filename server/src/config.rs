@@ -93,6 +93,10 @@ pub struct ServerConfig {
     /// publish key, which emits and `DELETE` must present (default off: the
     /// session ID is both).
     pub publish_keys: bool,
+    /// How long a Durable Streams long-poll read waits for data before it
+    /// answers `204`, and how often a live SSE read sends a keep-alive
+    /// control event (default 20 s).
+    pub long_poll_timeout: Duration,
     /// With `Some`, instances sharing this Redis serve the same sessions
     /// (see [`HistoryConfig`]); `None` (default): one process holds each
     /// session.
@@ -127,6 +131,7 @@ impl Default for ServerConfig {
             pong_timeout: Duration::from_secs(20),
             max_queued_emits: 10_000,
             publish_keys: false,
+            long_poll_timeout: Duration::from_secs(20),
             redis: None,
         }
     }
@@ -178,6 +183,7 @@ impl ServerConfig {
                 MIN_DURATION,
             ),
             ("--body-read-timeout", self.body_read_timeout, MIN_DURATION),
+            ("--long-poll-timeout", self.long_poll_timeout, MIN_DURATION),
             ("--ping-interval", self.ping_interval, MIN_DURATION),
             ("--pong-timeout", self.pong_timeout, MIN_DURATION),
         ];

@@ -32,7 +32,8 @@
 //! | `replica` | one session's ring as a copy of its history: the committer (appends) and the mirror (the ring's one `Writer`) |
 //! | `entry` | one live session here: the engine's session, its ring's writer, its idle clock and admission |
 //! | `session_history` | the session-history trait and its two modes: `Local` (the ring is the history) and `Replicated` (`--redis`) |
-//! | `state` | [`AppState`]: sessions, limits, metrics, the shutdown signal |
+//! | `streams` | the Durable Streams protocol (`/v1/stream/{path}`): streams, offsets, live reads |
+//! | `state` | [`AppState`]: sessions, streams, limits, metrics, the shutdown signal |
 //! | `error` | every error answer, rendered to its `gapless_client::wire` body |
 //! | `extract` | the session in the path, the client, the publish key, bodies within the limits, cursors |
 //! | `delivery` | the one replay → follow → gap → detach loop, and its SSE and WebSocket transports |
@@ -67,6 +68,7 @@ mod routes;
 mod serve;
 mod session_history;
 mod state;
+mod streams;
 
 pub use client_addr::TrustedProxy;
 pub use config::{InvalidConfig, MemoryBudget, ServerConfig, MIN_DURATION};

@@ -6,7 +6,7 @@ use crate::handlers::{events, metrics, migration, sessions};
 use crate::layers::with_layers;
 use crate::state::AppState;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::Router;
 
 /// Every route of the protocol (`docs/PROTOCOL.md`) in the server's layers,
@@ -33,6 +33,7 @@ pub fn routes(state: AppState) -> Router {
         .route("/session/{id}/ack", post(sessions::ack))
         .route("/session/{id}/upgrade", post(migration::upgrade))
         .route("/session/{id}/ws", get(migration::websocket))
+        .route("/v1/stream/{*path}", any(crate::streams::stream_route))
         .route("/metrics", get(metrics::render))
         .route("/healthz", get(sessions::healthz))
         .fallback(|| async { ApiError::NotFound })

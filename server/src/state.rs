@@ -11,6 +11,7 @@ use crate::lifecycle::{turned_true, Lifecycle};
 use crate::metrics::{HistoryFailure, Limit, Metrics, RingTotals};
 use crate::replica::ReplicaError;
 use crate::session_history::{Attach, Loaded, Local, Raised, Replicated, SessionHistory};
+use crate::streams::Streams;
 use gapless::session::{SessionOptions, Transport};
 use gapless::{Config, ConfigError, Store, Writer};
 use std::collections::HashMap;
@@ -86,6 +87,9 @@ pub(crate) struct ServerState {
     pub(crate) history: Arc<dyn SessionHistory>,
     /// Sessions being loaded from the history, one load each at a time.
     loading: Loading,
+    /// The Durable Streams (`/v1/stream/...`), which share the sessions'
+    /// limits and memory budget.
+    pub(crate) streams: Streams,
     /// The origin of every `last_active_ms`.
     started: Instant,
 }
@@ -602,7 +606,15 @@ impl AppState {
                 ..ring_totals(&sessions)
             }
         });
+        let streams = Streams::new(
+            config.ring(),
+            config.idle_timeout,
+            Arc::clone(&limits.sessions),
+            Arc::clone(&limits.ring_memory),
+            Arc::clone(&limits.sessions_per_client),
+        );
         let shared = Arc::new(ServerState {
+            streams,
             config,
             sessions,
             limits,
@@ -710,7 +722,10 @@ async fn reap_idle_sessions(state: Weak<ServerState>, mut shutdown: watch::Recei
             () = turned_true(&mut shutdown) => return,
         }
         match state.upgrade() {
-            Some(state) => state.reap_idle(),
+            Some(state) => {
+                state.reap_idle();
+                state.streams.sweep();
+            }
             None => return,
         }
     }

@@ -96,11 +96,53 @@ pub fn encode_unnumbered(
     frame(out, None, Some(event_type), payload)
 }
 
+/// Like [`encode_unnumbered`], with each `data` line's value right after
+/// its colon (`data:{"a":1}`): a line that starts with a space gets one added,
+/// which a client strips, so every line arrives exactly as given. The
+/// Durable Streams protocol frames its events so.
+///
+/// ```
+/// use gapless::sse;
+/// let mut out = Vec::new();
+/// sse::encode_unnumbered_tight(&mut out, "data", b"a\n b")?;
+/// assert_eq!(String::from_utf8(out).unwrap(), "event:data\ndata:a\ndata:  b\n\n");
+/// # Ok::<(), gapless::sse::SseError>(())
+/// ```
+///
+/// # Errors
+/// As [`encode`].
+pub fn encode_unnumbered_tight(
+    out: &mut Vec<u8>,
+    event_type: &str,
+    payload: &[u8],
+) -> Result<(), SseError> {
+    frame_with(out, None, Some(event_type), payload, Spacing::Tight)
+}
+
+/// What goes between a field's colon and its value.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Spacing {
+    /// Always one space (`data: value`).
+    Space,
+    /// None, unless the value starts with a space (`data:value`).
+    Tight,
+}
+
 fn frame(
     out: &mut Vec<u8>,
     id: Option<&EventId>,
     event_type: Option<&str>,
     payload: &[u8],
+) -> Result<(), SseError> {
+    frame_with(out, id, event_type, payload, Spacing::Space)
+}
+
+fn frame_with(
+    out: &mut Vec<u8>,
+    id: Option<&EventId>,
+    event_type: Option<&str>,
+    payload: &[u8],
+    spacing: Spacing,
 ) -> Result<(), SseError> {
     let payload = std::str::from_utf8(payload).map_err(|e| SseError::NotUtf8 {
         at: e.valid_up_to(),
@@ -127,8 +169,12 @@ fn frame(
             .iter()
             .position(|&b| b == b'\n' || b == b'\r')
             .unwrap_or(rest.len());
-        out.extend_from_slice(b"data: ");
-        out.extend_from_slice(&rest[..end]);
+        let line = &rest[..end];
+        match spacing {
+            Spacing::Tight if line.first() != Some(&b' ') => out.extend_from_slice(b"data:"),
+            _ => out.extend_from_slice(b"data: "),
+        }
+        out.extend_from_slice(line);
         out.push(b'\n');
         if end == rest.len() {
             break;

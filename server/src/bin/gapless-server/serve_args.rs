@@ -79,6 +79,10 @@ pub struct ServeArgs {
     /// 408 body_read_timeout and the connection closes.
     #[arg(long, env = "GAPLESS_BODY_READ_TIMEOUT", default_value = "30", value_parser = seconds)]
     body_read_timeout: Duration,
+    /// Seconds a Durable Streams long-poll read waits for data before it
+    /// answers 204 (and between an idle SSE read's keep-alive events).
+    #[arg(long, env = "GAPLESS_LONG_POLL_TIMEOUT", default_value = "20", value_parser = seconds)]
+    long_poll_timeout: Duration,
     /// Open connections at most; beyond: 503 too_many_connections.
     #[arg(long, env = "GAPLESS_MAX_CONNECTIONS", default_value_t = 10_000)]
     max_connections: usize,
@@ -191,6 +195,7 @@ impl ServeArgs {
             ping_interval: self.ping_interval,
             pong_timeout: self.pong_timeout,
             publish_keys: self.publish_keys,
+            long_poll_timeout: self.long_poll_timeout,
             max_queued_emits: self.max_queued_emits,
             redis: self.redis_url().map(|(url, cluster)| HistoryConfig {
                 url,

@@ -1,0 +1,285 @@
+//! Building the protocol's answers: the headers every response carries
+//! (browser security, CORS), and every refusal as JSON with its status and
+//! the protocol's headers.
+
+use super::offset::Offset;
+use super::registry::CreateRefusal;
+use super::stream::{AppendRefusal, ReadRefusal};
+use axum::body::Body;
+use axum::http::{header, HeaderName, HeaderValue, Response, StatusCode};
+
+pub(crate) const NEXT_OFFSET: &str = "stream-next-offset";
+pub(crate) const UP_TO_DATE: &str = "stream-up-to-date";
+pub(crate) const CLOSED: &str = "stream-closed";
+pub(crate) const CURSOR: &str = "stream-cursor";
+pub(crate) const TTL: &str = "stream-ttl";
+pub(crate) const EXPIRES_AT: &str = "stream-expires-at";
+pub(crate) const PRODUCER_EPOCH: &str = "producer-epoch";
+pub(crate) const PRODUCER_SEQ: &str = "producer-seq";
+pub(crate) const PRODUCER_EXPECTED_SEQ: &str = "producer-expected-seq";
+pub(crate) const PRODUCER_RECEIVED_SEQ: &str = "producer-received-seq";
+pub(crate) const SSE_DATA_ENCODING: &str = "stream-sse-data-encoding";
+
+/// A response of `status` with the headers every answer of the protocol
+/// carries: `X-Content-Type-Options: nosniff`,
+/// `Cross-Origin-Resource-Policy: cross-origin`, and CORS for any origin
+/// (reads need no credential; writes carry a bearer key, never a cookie).
+pub(crate) fn response(status: StatusCode) -> axum::http::response::Builder {
+    Response::builder()
+        .status(status)
+        .header(header::X_CONTENT_TYPE_OPTIONS, "nosniff")
+        .header("cross-origin-resource-policy", "cross-origin")
+        .header(header::ACCESS_CONTROL_ALLOW_ORIGIN, "*")
+        .header(
+            header::ACCESS_CONTROL_EXPOSE_HEADERS,
+            "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, \
+             Stream-TTL, Stream-Expires-At, Stream-SSE-Data-Encoding, Producer-Epoch, \
+             Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, Publish-Key, \
+             ETag, Content-Type, Location, WWW-Authenticate",
+        )
+}
+
+/// The answer to a CORS preflight.
+pub(crate) fn preflight() -> Response<Body> {
+    finish(
+        response(StatusCode::NO_CONTENT)
+            .header(
+                header::ACCESS_CONTROL_ALLOW_METHODS,
+                "GET, POST, PUT, DELETE, HEAD, OPTIONS",
+            )
+            .header(
+                header::ACCESS_CONTROL_ALLOW_HEADERS,
+                "Content-Type, Authorization, If-None-Match, Stream-Seq, Stream-TTL, \
+                 Stream-Expires-At, Stream-Closed, Producer-Id, Producer-Epoch, Producer-Seq, \
+                 Stream-Forked-From, Stream-Fork-Offset, Stream-Fork-Sub-Offset",
+            )
+            .header(header::ACCESS_CONTROL_MAX_AGE, "86400"),
+        Body::empty(),
+    )
+}
+
+/// `builder` with `body`; a header value that could not be set (none of
+/// ours can fail) answers `500`.
+pub(crate) fn finish(builder: axum::http::response::Builder, body: Body) -> Response<Body> {
+    builder.body(body).unwrap_or_else(|error| {
+        tracing::error!(%error, "building a stream response");
+        let mut response = Response::new(Body::from(r#"{"error":"internal"}"#));
+        *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+        response
+    })
+}
+
+/// A refusal: `status`, `{"error": code, "detail": detail}` and `headers`.
+pub(crate) fn refusal(
+    status: StatusCode,
+    code: &str,
+    detail: &str,
+    headers: &[(&str, String)],
+) -> Response<Body> {
+    let body = serde_json::json!({ "error": code, "detail": detail }).to_string();
+    let mut builder = response(status).header(header::CONTENT_TYPE, "application/json");
+    for (name, value) in headers {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            builder = builder.header(name, value);
+        }
+    }
+    finish(builder, Body::from(body))
+}
+
+/// `400 bad_request` with `detail`.
+pub(crate) fn bad_request(detail: &str) -> Response<Body> {
+    refusal(StatusCode::BAD_REQUEST, "bad_request", detail, &[])
+}
+
+/// `404 no_such_stream`.
+pub(crate) fn not_found() -> Response<Body> {
+    refusal(
+        StatusCode::NOT_FOUND,
+        "no_such_stream",
+        "no stream at this path",
+        &[],
+    )
+}
+
+/// `410 stream_gone`: deleted while forks of it live.
+pub(crate) fn soft_deleted() -> Response<Body> {
+    refusal(
+        StatusCode::GONE,
+        "stream_gone",
+        "the stream was deleted; forks of it still live",
+        &[],
+    )
+}
+
+/// `401 unauthorized` with `WWW-Authenticate: Bearer`.
+pub(crate) fn unauthorized() -> Response<Body> {
+    refusal(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        "writes need the stream's publish key as Authorization: Bearer <key>",
+        &[("www-authenticate", "Bearer".to_owned())],
+    )
+}
+
+/// The `410` of a read whose offset retention overtook, with its figures.
+pub(crate) fn read_refused(refusal_: &ReadRefusal) -> Response<Body> {
+    match refusal_ {
+        ReadRefusal::Gap {
+            offset,
+            earliest,
+            evicted,
+        } => gap(*offset, *earliest, *evicted),
+        ReadRefusal::NotAPosition => bad_request("the offset is not a position of this stream"),
+    }
+}
+
+/// `410 gap_not_covered`: `{"error","offset","earliest_offset","evicted"}`.
+pub(crate) fn gap(offset: Offset, earliest: Offset, evicted: u64) -> Response<Body> {
+    let body = serde_json::json!({
+        "error": "gap_not_covered",
+        "offset": offset.to_string(),
+        "earliest_offset": earliest.to_string(),
+        "evicted": evicted,
+    })
+    .to_string();
+    finish(
+        response(StatusCode::GONE).header(header::CONTENT_TYPE, "application/json"),
+        Body::from(body),
+    )
+}
+
+/// The answer to an append that stored nothing.
+pub(crate) fn append_refused(refused: &AppendRefusal) -> Response<Body> {
+    match refused {
+        AppendRefusal::Closed { tail } => refusal(
+            StatusCode::CONFLICT,
+            "stream_closed",
+            "the stream is closed",
+            &[(CLOSED, "true".to_owned()), (NEXT_OFFSET, tail.to_string())],
+        ),
+        AppendRefusal::SeqConflict => refusal(
+            StatusCode::CONFLICT,
+            "sequence_conflict",
+            "Stream-Seq must sort after the previous append's",
+            &[],
+        ),
+        AppendRefusal::StaleEpoch { current } => refusal(
+            StatusCode::FORBIDDEN,
+            "stale_producer_epoch",
+            "a newer epoch of this producer has written",
+            &[(PRODUCER_EPOCH, current.to_string())],
+        ),
+        AppendRefusal::EpochMustStartAtZero => {
+            bad_request("a new producer epoch must start at Producer-Seq 0")
+        }
+        AppendRefusal::SequenceGap { expected, received } => refusal(
+            StatusCode::CONFLICT,
+            "producer_sequence_gap",
+            "Producer-Seq skips appends",
+            &[
+                (PRODUCER_EXPECTED_SEQ, expected.to_string()),
+                (PRODUCER_RECEIVED_SEQ, received.to_string()),
+            ],
+        ),
+        AppendRefusal::Json(super::json_mode::JsonRefusal::Invalid(what)) => {
+            bad_request(&format!("invalid JSON: {what}"))
+        }
+        AppendRefusal::Json(super::json_mode::JsonRefusal::EmptyArray) => {
+            bad_request("an empty JSON array appends nothing")
+        }
+        AppendRefusal::TooLarge { len, max } => refusal(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            &format!("{len} bytes; a stream's ring holds messages of at most {max}"),
+            &[],
+        ),
+        AppendRefusal::MemoryBudget => memory_budget(),
+        AppendRefusal::Gone => not_found(),
+    }
+}
+
+fn memory_budget() -> Response<Body> {
+    refusal(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "memory_budget_exceeded",
+        "the server's memory budget is spent",
+        &[("retry-after", "5".to_owned())],
+    )
+}
+
+/// The answer to a refused create.
+pub(crate) fn create_refused(refused: &CreateRefusal) -> Response<Body> {
+    match refused {
+        CreateRefusal::Conflict => refusal(
+            StatusCode::CONFLICT,
+            "stream_exists",
+            "a stream with other settings exists at this path",
+            &[],
+        ),
+        CreateRefusal::SoftDeleted => refusal(
+            StatusCode::CONFLICT,
+            "stream_has_forks",
+            "the stream at this path was deleted but forks of it live",
+            &[],
+        ),
+        CreateRefusal::NoSource => refusal(
+            StatusCode::NOT_FOUND,
+            "no_such_stream",
+            "the fork's source does not exist",
+            &[],
+        ),
+        CreateRefusal::SourceSoftDeleted => refusal(
+            StatusCode::CONFLICT,
+            "source_deleted",
+            "the fork's source was deleted",
+            &[],
+        ),
+        CreateRefusal::ContentTypeMismatch => refusal(
+            StatusCode::CONFLICT,
+            "content_type_mismatch",
+            "a fork's content type is its source's",
+            &[],
+        ),
+        CreateRefusal::BadForkOffset => {
+            bad_request("Stream-Fork-Offset is not a position of the source")
+        }
+        CreateRefusal::BadSubOffset(what) => bad_request(what),
+        CreateRefusal::Json(super::json_mode::JsonRefusal::Invalid(what)) => {
+            bad_request(&format!("invalid JSON: {what}"))
+        }
+        CreateRefusal::Json(super::json_mode::JsonRefusal::EmptyArray) => {
+            bad_request("an empty JSON array appends nothing")
+        }
+        CreateRefusal::TooMany => refusal(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too_many_sessions",
+            "the server holds as many sessions and streams as it may",
+            &[("retry-after", "5".to_owned())],
+        ),
+        CreateRefusal::TooManyForClient => refusal(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_sessions_per_client",
+            "this client holds as many sessions and streams as one client may",
+            &[("retry-after", "5".to_owned())],
+        ),
+        CreateRefusal::MemoryBudget => memory_budget(),
+        CreateRefusal::TooLarge { len, max } => refusal(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            &format!("{len} bytes; a stream's ring holds messages of at most {max}"),
+            &[],
+        ),
+        CreateRefusal::Internal(what) => {
+            tracing::error!(%what, "creating a stream");
+            refusal(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "the server could not create the stream",
+                &[],
+            )
+        }
+    }
+}

@@ -1,0 +1,600 @@
+//! The protocol's routes at `/v1/stream/{path}`: `PUT` creates, `POST`
+//! appends (and closes), `GET` reads (catch-up, long-poll, SSE), `HEAD`
+//! answers the metadata, `DELETE` deletes, `OPTIONS` answers preflights.
+
+use super::answer::{
+    self, finish, response, CLOSED, CURSOR, EXPIRES_AT, NEXT_OFFSET, PRODUCER_EPOCH, PRODUCER_SEQ,
+    TTL, UP_TO_DATE,
+};
+use super::cursor::response_cursor;
+use super::json_mode;
+use super::live;
+use super::offset::{Offset, Start};
+use super::registry::{CreateRefusal, CreateRequest, Created};
+use super::stream::{AppendRequest, Appended, Settings, Stream};
+use crate::extract::{Body as LimitedBody, Client};
+use crate::state::{AppState, ServerState};
+use axum::body::Body;
+use axum::extract::{FromRequest, FromRequestParts, Path, Request, State};
+use axum::http::{header, HeaderMap, Method, Response, StatusCode};
+use std::sync::Arc;
+
+/// The most payload bytes one catch-up response carries.
+pub(crate) const CHUNK_BYTES: usize = 1 << 20;
+
+/// Every method on `/v1/stream/{*path}`.
+pub(crate) async fn stream_route(
+    Path(path): Path<String>,
+    State(AppState(state)): State<AppState>,
+    request: Request,
+) -> Response<Body> {
+    let method = request.method().clone();
+    match method {
+        Method::OPTIONS => answer::preflight(),
+        Method::PUT => create(&state, path, request).await,
+        Method::POST => append(&state, &path, request).await,
+        Method::GET => read(&state, &path, request).await,
+        Method::HEAD => head(&state, &path),
+        Method::DELETE => delete(&state, &path, request.headers()),
+        _ => answer::refusal(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "a stream takes GET, HEAD, PUT, POST, DELETE and OPTIONS",
+            &[("allow", "GET, HEAD, PUT, POST, DELETE, OPTIONS".to_owned())],
+        ),
+    }
+}
+
+/// One header's value as text; `Err` for a value that is not.
+fn text<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, Response<Body>> {
+    match headers.get(name) {
+        None => Ok(None),
+        Some(value) => value
+            .to_str()
+            .map(Some)
+            .map_err(|_| answer::bad_request(&format!("{name} is not text"))),
+    }
+}
+
+/// A non-negative integer without sign, leading zeros or exponent.
+fn strict_integer(value: &str) -> Option<u64> {
+    let canonical = value == "0" || (!value.starts_with('0') && !value.is_empty());
+    (canonical && value.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| value.parse().ok())
+        .flatten()
+}
+
+/// The largest integer a JavaScript client sends exactly.
+const SAFE_INTEGER: u64 = (1 << 53) - 1;
+
+async fn body(state: &AppState, request: Request) -> Result<bytes::Bytes, Response<Body>> {
+    match LimitedBody::from_request(request, state).await {
+        Ok(LimitedBody(bytes)) => Ok(bytes),
+        Err(error) => Err(axum::response::IntoResponse::into_response(error)),
+    }
+}
+
+/// Checks `Authorization: Bearer <publish key>` with `--publish-keys`.
+fn authorized(state: &ServerState, stream: &Stream, headers: &HeaderMap) -> bool {
+    let Some(expected) = &stream.publish_key else {
+        return !state.config.publish_keys;
+    };
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|key| key.trim().parse::<crate::ids::PublishKey>().ok());
+    presented.is_some_and(|key| crate::ids::same_key(&key, expected))
+}
+
+async fn create(state: &Arc<ServerState>, path: String, request: Request) -> Response<Body> {
+    let headers = request.headers().clone();
+    let uri_path = request.uri().path().to_owned();
+    let settings = match settings(&headers) {
+        Ok(settings) => settings,
+        Err(refused) => return refused,
+    };
+    let closed = matches!(text(&headers, CLOSED), Ok(Some(v)) if v.eq_ignore_ascii_case("true"));
+    let (mut parts, body_stream) = request.into_parts();
+    let client = match Client::from_request_parts(&mut parts, &AppState(Arc::clone(state))).await {
+        Ok(Client(client)) => client,
+        Err(never) => match never {},
+    };
+    let request = Request::from_parts(parts, body_stream);
+    let body = match body(&AppState(Arc::clone(state)), request).await {
+        Ok(body) => body,
+        Err(refused) => return refused,
+    };
+    let created = state.streams.create(CreateRequest {
+        path: path.clone(),
+        settings,
+        closed,
+        body,
+        client,
+        publish_key: state.config.publish_keys,
+    });
+    let (stream, status) = match created {
+        Ok(Created::New(stream)) => (stream, StatusCode::CREATED),
+        Ok(Created::Existing(stream)) => (stream, StatusCode::OK),
+        Err(refused) => {
+            if matches!(
+                refused,
+                CreateRefusal::TooMany | CreateRefusal::MemoryBudget
+            ) {
+                state.metrics.tripped(match refused {
+                    CreateRefusal::TooMany => crate::metrics::Limit::Sessions,
+                    _ => crate::metrics::Limit::MemoryBudget,
+                });
+            }
+            return answer::create_refused(&refused);
+        }
+    };
+    let mut builder = response(status)
+        .header(header::CONTENT_TYPE, stream.settings.content_type.as_str())
+        .header(NEXT_OFFSET, stream.tail_offset().to_string());
+    if status == StatusCode::CREATED {
+        builder = builder.header(header::LOCATION, location(&headers, &uri_path));
+        if let Some(key) = &stream.publish_key {
+            builder = builder.header("publish-key", key.to_string());
+        }
+    }
+    if stream.is_closed() {
+        builder = builder.header(CLOSED, "true");
+    }
+    finish(builder, Body::empty())
+}
+
+/// The new stream's absolute URL, from the request's `Host`.
+fn location(headers: &HeaderMap, uri_path: &str) -> String {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .filter(|h| !h.is_empty() && !h.contains(['/', ' ', '@']))
+        .unwrap_or("localhost");
+    format!("http://{host}{uri_path}")
+}
+
+/// The settings a create's headers ask for.
+fn settings(headers: &HeaderMap) -> Result<Settings, Response<Body>> {
+    let content_type = text(headers, "content-type")?
+        .map(str::trim)
+        .filter(|t| {
+            let media = t.split(';').next().unwrap_or_default();
+            media
+                .split_once('/')
+                .is_some_and(|(a, b)| !a.is_empty() && !b.trim().is_empty())
+        })
+        .unwrap_or_default()
+        .to_owned();
+    let ttl = text(headers, TTL)?;
+    let expires = text(headers, EXPIRES_AT)?;
+    if ttl.is_some() && expires.is_some() {
+        return Err(answer::bad_request(
+            "Stream-TTL and Stream-Expires-At cannot both be given",
+        ));
+    }
+    let ttl_secs = match ttl {
+        None => None,
+        Some(value) => Some(
+            strict_integer(value)
+                .ok_or_else(|| answer::bad_request("Stream-TTL must be a non-negative integer"))?,
+        ),
+    };
+    let expires_at = match expires {
+        None => None,
+        Some(value) => {
+            let at = chrono::DateTime::parse_from_rfc3339(value.trim()).map_err(|_| {
+                answer::bad_request("Stream-Expires-At must be an RFC 3339 timestamp")
+            })?;
+            Some((value.to_owned(), std::time::SystemTime::from(at)))
+        }
+    };
+    let forked_from = text(headers, "stream-forked-from")?.map(fork_source);
+    let fork_offset = match text(headers, "stream-fork-offset")? {
+        None => None,
+        Some(value) => Some(
+            Offset::parse(value)
+                .ok_or_else(|| answer::bad_request("Stream-Fork-Offset is not an offset"))?,
+        ),
+    };
+    let fork_sub_offset = match text(headers, "stream-fork-sub-offset")? {
+        None => 0,
+        Some(value) => {
+            if forked_from.is_none() {
+                return Err(answer::bad_request(
+                    "Stream-Fork-Sub-Offset needs Stream-Forked-From",
+                ));
+            }
+            strict_integer(value).ok_or_else(|| {
+                answer::bad_request("Stream-Fork-Sub-Offset must be a non-negative integer")
+            })?
+        }
+    };
+    Ok(Settings {
+        content_type,
+        ttl_secs,
+        expires_at,
+        forked_from,
+        fork_offset,
+        fork_sub_offset,
+    })
+}
+
+/// A fork's source as the registry names it: the path under
+/// `/v1/stream/` (a full path or URL is accepted too).
+fn fork_source(value: &str) -> String {
+    let value = value.trim();
+    let path = match value.find("://") {
+        Some(scheme) => value[scheme + 3..]
+            .find('/')
+            .map_or("", |at| &value[scheme + 3 + at..]),
+        None => value,
+    };
+    path.strip_prefix("/v1/stream/")
+        .unwrap_or(path.trim_start_matches('/'))
+        .to_owned()
+}
+
+async fn append(state: &Arc<ServerState>, path: &str, request: Request) -> Response<Body> {
+    let Some(stream) = state.streams.get(path) else {
+        return answer::not_found();
+    };
+    if stream
+        .soft_deleted
+        .load(std::sync::atomic::Ordering::Acquire)
+    {
+        return answer::soft_deleted();
+    }
+    let headers = request.headers().clone();
+    if !authorized(state, &stream, &headers) {
+        return answer::unauthorized();
+    }
+    let close = matches!(text(&headers, CLOSED), Ok(Some(v)) if v.eq_ignore_ascii_case("true"));
+    let producer = match producer(&headers) {
+        Ok(producer) => producer,
+        Err(refused) => return refused,
+    };
+    let stream_seq = match text(&headers, "stream-seq") {
+        Ok(seq) => seq.map(str::to_owned),
+        Err(refused) => return refused,
+    };
+    let content_type = match text(&headers, "content-type") {
+        Ok(value) => value.map(str::to_owned),
+        Err(refused) => return refused,
+    };
+    let body = match body(&AppState(Arc::clone(state)), request).await {
+        Ok(body) => body,
+        Err(refused) => return refused,
+    };
+    if body.is_empty() && !close {
+        return answer::bad_request("an append needs a body (or Stream-Closed: true)");
+    }
+    if !body.is_empty() {
+        let Some(content_type) = content_type else {
+            return answer::bad_request("an append needs a Content-Type");
+        };
+        if super::stream::media_type(&content_type)
+            != super::stream::media_type(&stream.settings.content_type)
+        {
+            return answer::refusal(
+                StatusCode::CONFLICT,
+                "content_type_mismatch",
+                "the append's Content-Type is not the stream's",
+                &[],
+            );
+        }
+    }
+    let producer_ref = producer.as_ref().map(|(id, e, s)| (id.as_str(), *e, *s));
+    let appended = stream.append(
+        &body,
+        &AppendRequest {
+            stream_seq: stream_seq.as_deref(),
+            producer: producer_ref,
+            close,
+        },
+        state.streams.budget(),
+    );
+    state.streams.touch(&stream);
+    match appended {
+        Ok(Appended::Done { tail, closed }) => {
+            let status = match producer {
+                Some(_) if !body.is_empty() => StatusCode::OK,
+                _ => StatusCode::NO_CONTENT,
+            };
+            let mut builder = response(status).header(NEXT_OFFSET, tail.to_string());
+            if let Some((_, epoch, seq)) = &producer {
+                builder = builder
+                    .header(PRODUCER_EPOCH, epoch.to_string())
+                    .header(PRODUCER_SEQ, seq.to_string());
+            }
+            if closed {
+                builder = builder.header(CLOSED, "true");
+            }
+            finish(builder, Body::empty())
+        }
+        Ok(Appended::Duplicate { last_seq, closed }) => {
+            let mut builder = response(StatusCode::NO_CONTENT)
+                .header(NEXT_OFFSET, stream.tail_offset().to_string());
+            if let Some((_, epoch, _)) = &producer {
+                builder = builder
+                    .header(PRODUCER_EPOCH, epoch.to_string())
+                    .header(PRODUCER_SEQ, last_seq.to_string());
+            }
+            if closed {
+                builder = builder.header(CLOSED, "true");
+            }
+            finish(builder, Body::empty())
+        }
+        Err(refused) => {
+            if matches!(refused, super::stream::AppendRefusal::MemoryBudget) {
+                state.metrics.tripped(crate::metrics::Limit::MemoryBudget);
+            }
+            answer::append_refused(&refused)
+        }
+    }
+}
+
+/// The idempotent producer's headers: all three or none.
+fn producer(headers: &HeaderMap) -> Result<Option<(String, u64, u64)>, Response<Body>> {
+    let id = text(headers, "producer-id")?;
+    let epoch = text(headers, PRODUCER_EPOCH)?;
+    let seq = text(headers, PRODUCER_SEQ)?;
+    match (id, epoch, seq) {
+        (None, None, None) => Ok(None),
+        (Some(id), Some(epoch), Some(seq)) => {
+            if id.is_empty() {
+                return Err(answer::bad_request("Producer-Id must not be empty"));
+            }
+            let number = |value: &str, name: &str| {
+                value
+                    .bytes()
+                    .all(|b| b.is_ascii_digit())
+                    .then(|| value.parse::<u64>().ok())
+                    .flatten()
+                    .filter(|n| !value.is_empty() && *n <= SAFE_INTEGER)
+                    .ok_or_else(|| {
+                        answer::bad_request(&format!("{name} must be a non-negative integer"))
+                    })
+            };
+            Ok(Some((
+                id.to_owned(),
+                number(epoch, "Producer-Epoch")?,
+                number(seq, "Producer-Seq")?,
+            )))
+        }
+        _ => Err(answer::bad_request(
+            "Producer-Id, Producer-Epoch and Producer-Seq go together",
+        )),
+    }
+}
+
+fn head(state: &Arc<ServerState>, path: &str) -> Response<Body> {
+    let Some(stream) = state.streams.get(path) else {
+        return answer::not_found();
+    };
+    if stream
+        .soft_deleted
+        .load(std::sync::atomic::Ordering::Acquire)
+    {
+        return answer::soft_deleted();
+    }
+    let tail = stream.tail_offset();
+    let closed = stream.is_closed();
+    let mut builder = response(StatusCode::OK)
+        .header(header::CONTENT_TYPE, stream.settings.content_type.as_str())
+        .header(NEXT_OFFSET, tail.to_string())
+        .header(header::CACHE_CONTROL, "no-store")
+        .header(header::ETAG, etag("-1", tail, closed));
+    if closed {
+        builder = builder.header(CLOSED, "true");
+    }
+    if let Some(ttl) = stream.settings.ttl_secs {
+        builder = builder.header(TTL, ttl.to_string());
+    }
+    if let Some((expires, _)) = &stream.settings.expires_at {
+        builder = builder.header(EXPIRES_AT, expires.as_str());
+    }
+    finish(builder, Body::empty())
+}
+
+fn delete(state: &Arc<ServerState>, path: &str, headers: &HeaderMap) -> Response<Body> {
+    let Some(stream) = state.streams.get(path) else {
+        return answer::not_found();
+    };
+    if stream
+        .soft_deleted
+        .load(std::sync::atomic::Ordering::Acquire)
+    {
+        return answer::soft_deleted();
+    }
+    if !authorized(state, &stream, headers) {
+        return answer::unauthorized();
+    }
+    match state.streams.delete(path) {
+        Some(true) => finish(response(StatusCode::NO_CONTENT), Body::empty()),
+        Some(false) => answer::soft_deleted(),
+        None => answer::not_found(),
+    }
+}
+
+/// `"start:end"`, `:c` added once the reader is at the closed tail.
+pub(crate) fn etag(start: &str, end: Offset, closed: bool) -> String {
+    format!("\"{start}:{end}{}\"", if closed { ":c" } else { "" })
+}
+
+/// What a `GET`'s query asks for.
+pub(crate) struct ReadQuery {
+    pub(crate) start: Start,
+    /// The `offset` parameter as given (`-1` when absent), for the ETag.
+    pub(crate) raw_start: String,
+    pub(crate) live: Live,
+    pub(crate) cursor: Option<String>,
+}
+
+/// The `live` parameter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Live {
+    No,
+    LongPoll,
+    Sse,
+}
+
+fn query(raw: Option<&str>) -> Result<ReadQuery, Response<Body>> {
+    let mut offset: Option<String> = None;
+    let mut live = Live::No;
+    let mut cursor = None;
+    let mut offsets = 0;
+    for pair in raw.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = percent_decode(value)
+            .ok_or_else(|| answer::bad_request("a query parameter is not UTF-8"))?;
+        match name {
+            "offset" => {
+                offsets += 1;
+                offset = Some(value);
+            }
+            "live" => {
+                live = match value.as_str() {
+                    "long-poll" => Live::LongPoll,
+                    "sse" => Live::Sse,
+                    "" | "false" => Live::No,
+                    _ => return Err(answer::bad_request("live must be long-poll or sse")),
+                }
+            }
+            "cursor" => cursor = Some(value),
+            _ => {}
+        }
+    }
+    if offsets > 1 {
+        return Err(answer::bad_request("one offset parameter at most"));
+    }
+    let start = match &offset {
+        None => Start::Beginning,
+        Some(value) => Start::parse(value).ok_or_else(|| {
+            answer::bad_request("offset must be -1, now, or an offset the server returned")
+        })?,
+    };
+    if live != Live::No && offset.is_none() {
+        return Err(answer::bad_request("a live read needs an offset"));
+    }
+    Ok(ReadQuery {
+        start,
+        raw_start: offset.unwrap_or_else(|| "-1".to_owned()),
+        live,
+        cursor,
+    })
+}
+
+/// `%XX` and `+` decoded; `None` when the result is not UTF-8.
+fn percent_decode(value: &str) -> Option<String> {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok()?;
+                match u8::from_str_radix(hex, 16) {
+                    Ok(byte) => {
+                        out.push(byte);
+                        i += 3;
+                    }
+                    Err(_) => {
+                        out.push(b'%');
+                        i += 1;
+                    }
+                }
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            byte => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+async fn read(state: &Arc<ServerState>, path: &str, request: Request) -> Response<Body> {
+    let query = match query(request.uri().query()) {
+        Ok(query) => query,
+        Err(refused) => return refused,
+    };
+    let Some(stream) = state.streams.get(path) else {
+        return answer::not_found();
+    };
+    if stream
+        .soft_deleted
+        .load(std::sync::atomic::Ordering::Acquire)
+    {
+        return answer::soft_deleted();
+    }
+    state.streams.touch(&stream);
+    let cursor = match stream.cursor_of(query.start) {
+        Ok(cursor) => cursor,
+        Err(refused) => return answer::read_refused(&refused),
+    };
+    match query.live {
+        Live::Sse => live::sse(state, stream, cursor, query.cursor),
+        Live::LongPoll => live::long_poll(state, stream, cursor, &query).await,
+        Live::No => catch_up(&stream, cursor, &query, request.headers()),
+    }
+}
+
+/// A catch-up read: up to [`CHUNK_BYTES`] after `cursor`.
+pub(crate) fn catch_up(
+    stream: &Stream,
+    cursor: u64,
+    query: &ReadQuery,
+    headers: &HeaderMap,
+) -> Response<Body> {
+    let chunk = match stream.read_after(cursor, CHUNK_BYTES) {
+        Ok(chunk) => chunk,
+        Err(refused) => return answer::read_refused(&refused),
+    };
+    let next = chunk.next.unwrap_or_else(|| stream.offset_of(cursor));
+    let at_closed_tail = chunk.up_to_date && stream.is_closed() && next == stream.tail_offset();
+    let etag = etag(&query.raw_start, next, at_closed_tail);
+    if headers
+        .get(header::IF_NONE_MATCH)
+        .is_some_and(|v| v.as_bytes() == etag.as_bytes())
+    {
+        return finish(
+            response(StatusCode::NOT_MODIFIED).header(header::ETAG, etag),
+            Body::empty(),
+        );
+    }
+    let mut builder = response(StatusCode::OK)
+        .header(header::CONTENT_TYPE, stream.settings.content_type.as_str())
+        .header(NEXT_OFFSET, next.to_string())
+        .header(header::ETAG, etag);
+    if query.live == Live::LongPoll {
+        builder = builder.header(CURSOR, response_cursor(query.cursor.as_deref()));
+    }
+    if chunk.up_to_date {
+        builder = builder.header(UP_TO_DATE, "true");
+    }
+    if query.start == Start::Now {
+        builder = builder.header(header::CACHE_CONTROL, "no-store");
+    }
+    if at_closed_tail {
+        builder = builder.header(CLOSED, "true");
+    }
+    finish(builder, Body::from(body_of(stream, &chunk.payloads)))
+}
+
+/// The body of `payloads`: concatenated, or one JSON array in JSON mode.
+pub(crate) fn body_of(stream: &Stream, payloads: &[bytes::Bytes]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(payloads.iter().map(|p| p.len() + 1).sum::<usize>() + 2);
+    if stream.json {
+        json_mode::array(&mut out, payloads.iter().map(|p| &p[..]));
+    } else {
+        for payload in payloads {
+            out.extend_from_slice(payload);
+        }
+    }
+    out
+}

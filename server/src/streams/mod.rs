@@ -1,0 +1,28 @@
+//! The Durable Streams protocol (`/v1/stream/{path}`): append-only streams
+//! addressed by URL, each a gapless ring that starts small and grows to
+//! the configured retention. Retention is never silent: a read from an
+//! offset whose data was dropped is answered `410 gap_not_covered` with the
+//! earliest offset still retained and how many messages were dropped.
+//!
+//! | module | holds |
+//! |---|---|
+//! | `offset` | the offset format and the `offset` parameter |
+//! | `json_mode` | validating, flattening and framing JSON messages |
+//! | `cursor` | `Stream-Cursor` for live reads |
+//! | `stream` | one stream: settings, ring, producers, closure |
+//! | `registry` | every stream: create, forks, delete, expiry, limits |
+//! | `answer` | response headers and every refusal |
+//! | `live` | long-poll and SSE reads |
+//! | `http` | the route's handlers |
+
+mod answer;
+mod cursor;
+mod http;
+mod json_mode;
+mod live;
+mod offset;
+mod registry;
+mod stream;
+
+pub(crate) use http::stream_route;
+pub(crate) use registry::Streams;

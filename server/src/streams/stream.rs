@@ -1,0 +1,775 @@
+//! One Durable Stream: its settings, its ring (small at first, grown to
+//! the configured retention as it fills), its writer-side state (idempotent
+//! producers, `Stream-Seq`, closure) and the signal live readers wait on.
+//!
+//! Appends are serialised by the stream's `tail` lock, which also makes a
+//! producer's check and its append one step. Reads never take it: they
+//! copy from the ring (a wait-free snapshot) and get an explicit gap when
+//! retention dropped what they ask for.
+
+use super::json_mode;
+use super::offset::{Offset, Start};
+use crate::admission::{Bounded, Held};
+use gapless::{Config, EmitError, ReplayError, Ring, SingleWriter, Writer};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::SystemTime;
+use tokio::sync::watch;
+
+/// The first ring's events: a stream costs what it holds, not its
+/// configured retention.
+const FIRST_EVENTS: usize = 16;
+/// The first ring's payload bytes.
+const FIRST_BYTES: usize = 16 << 10;
+
+/// What a stream was created with; compared by an idempotent create.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Settings {
+    /// The content type as given (compared by [`media_type`]).
+    pub(crate) content_type: String,
+    /// `Stream-TTL`: seconds after the last access.
+    pub(crate) ttl_secs: Option<u64>,
+    /// `Stream-Expires-At`: as given, and as a time.
+    pub(crate) expires_at: Option<(String, SystemTime)>,
+    /// The source of a fork.
+    pub(crate) forked_from: Option<String>,
+    /// The fork's offset in its source.
+    pub(crate) fork_offset: Option<Offset>,
+    /// `Stream-Fork-Sub-Offset` (0 when absent).
+    pub(crate) fork_sub_offset: u64,
+}
+
+/// The media type of a `Content-Type` value: lower case, no parameters.
+pub(crate) fn media_type(content_type: &str) -> String {
+    content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase()
+}
+
+/// An idempotent producer's last accepted append.
+#[derive(Clone, Copy, Debug)]
+struct Producer {
+    epoch: u64,
+    last_seq: u64,
+}
+
+/// What an append carries besides its bytes.
+#[derive(Debug, Default)]
+pub(crate) struct AppendRequest<'a> {
+    /// `Stream-Seq`: must sort after the previous one.
+    pub(crate) stream_seq: Option<&'a str>,
+    /// `Producer-Id`, `Producer-Epoch`, `Producer-Seq`.
+    pub(crate) producer: Option<(&'a str, u64, u64)>,
+    /// `Stream-Closed: true`: close the stream with (or without) this
+    /// append.
+    pub(crate) close: bool,
+}
+
+/// How an append went.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Appended {
+    /// Stored (or, for a close without a body, closed): the new tail.
+    Done { tail: Offset, closed: bool },
+    /// A producer's retry of an append already stored: nothing stored.
+    Duplicate { last_seq: u64, closed: bool },
+}
+
+/// Why an append stored nothing.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum AppendRefusal {
+    /// The stream is closed (`409`, `Stream-Closed: true`).
+    Closed { tail: Offset },
+    /// `Stream-Seq` not after the previous one (`409`).
+    SeqConflict,
+    /// An older producer epoch (`403`, with the current epoch).
+    StaleEpoch { current: u64 },
+    /// A new epoch that does not start at seq 0 (`400`).
+    EpochMustStartAtZero,
+    /// A producer seq that skips some (`409`).
+    SequenceGap { expected: u64, received: u64 },
+    /// The body is not JSON, or is `[]` (`400`).
+    Json(json_mode::JsonRefusal),
+    /// Larger than the configured ring holds (`413`).
+    TooLarge { len: usize, max: usize },
+    /// Growing the ring would take the server past its memory budget.
+    MemoryBudget,
+    /// The stream was deleted meanwhile.
+    Gone,
+}
+
+/// Why a read cannot start where asked.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum ReadRefusal {
+    /// Retention dropped messages after the offset: `410` with figures.
+    Gap {
+        /// The offset asked for.
+        offset: Offset,
+        /// Where the retained messages start: a read from here gets the
+        /// first of them.
+        earliest: Offset,
+        /// Messages dropped between the two.
+        evicted: u64,
+    },
+    /// An offset this stream never handed out (`400`).
+    NotAPosition,
+}
+
+/// A catch-up read's result: the payloads and where the reader is now.
+#[derive(Debug, Default)]
+pub(crate) struct Chunk {
+    /// One payload per message, in order.
+    pub(crate) payloads: Vec<bytes::Bytes>,
+    /// The offset after the last message returned.
+    pub(crate) next: Option<Offset>,
+    /// The seq after which the next read continues.
+    pub(crate) cursor: u64,
+    /// Whether the chunk reaches the tail as it was read.
+    pub(crate) up_to_date: bool,
+}
+
+/// The writer's side, under the stream's lock.
+struct Tail {
+    /// Emits to the current ring.
+    writer: Writer,
+    /// Messages and payload words on the current ring since it was made
+    /// (while it is smaller than the configured one).
+    events: usize,
+    words: usize,
+    /// The ring's share of the memory budget.
+    memory: Held,
+    producers: HashMap<String, Producer>,
+    /// The last `Stream-Seq`.
+    stream_seq: Option<String>,
+    /// The producer append that closed the stream, for its retries.
+    closed_by: Option<(String, u64, u64)>,
+}
+
+/// One live stream.
+pub(crate) struct Stream {
+    /// Its path under `/v1/stream/`.
+    pub(crate) path: String,
+    pub(crate) settings: Settings,
+    /// `application/json`: appends are validated and flattened.
+    pub(crate) json: bool,
+    /// Generations of the messages it inherited, `(generation, last seq)`
+    /// in order, then its own generation (every seq after the last
+    /// inherited one).
+    lineage: Vec<(u64, u64)>,
+    own_generation: u64,
+    /// The seq before the stream's first message ever (inherited ones
+    /// included): where `-1` starts, retained or not.
+    start_after: u64,
+    /// The configured ring: what the stream grows to.
+    full: Config,
+    /// The current ring, for readers (the writer's, swapped on growth).
+    ring: Mutex<Arc<Ring<SingleWriter>>>,
+    tail: Mutex<Tail>,
+    /// Mirrors the closure, for readers.
+    closed: AtomicBool,
+    /// Bumped on every append, closure and deletion: live readers wait on
+    /// it.
+    changed: watch::Sender<u64>,
+    /// Deleted (or expired): live readers end.
+    pub(crate) gone: AtomicBool,
+    /// Deleted while forks of it live: answers `410`, the path is not
+    /// reusable until the last fork goes.
+    pub(crate) soft_deleted: AtomicBool,
+    /// Live forks of this stream.
+    pub(crate) forks: AtomicUsize,
+    /// Milliseconds since the registry's origin of the last access.
+    pub(crate) last_access_ms: AtomicU64,
+    /// With `--publish-keys`: what writes must present as
+    /// `Authorization: Bearer`.
+    pub(crate) publish_key: Option<crate::ids::PublishKey>,
+    /// The stream's slot of `--max-sessions` and its client's slot.
+    _admission: Vec<Held>,
+    _client: Option<crate::admission::ClientSlot>,
+}
+
+/// Everything needed to make a stream.
+pub(crate) struct NewStream {
+    pub(crate) path: String,
+    pub(crate) settings: Settings,
+    pub(crate) lineage: Vec<(u64, u64)>,
+    pub(crate) own_generation: u64,
+    pub(crate) full: Config,
+    /// Messages it starts with, at seqs `ring_start + 1 ..`: a fork's
+    /// inheritance.
+    pub(crate) inherited: Vec<bytes::Bytes>,
+    /// The seq before the stream's first message ever.
+    pub(crate) start_after: u64,
+    /// The seq before the first message its ring holds (past
+    /// `start_after` when the source had dropped some).
+    pub(crate) ring_start: u64,
+    pub(crate) closed: bool,
+    pub(crate) now_ms: u64,
+    pub(crate) publish_key: Option<crate::ids::PublishKey>,
+    pub(crate) admission: Vec<Held>,
+    pub(crate) client: Option<crate::admission::ClientSlot>,
+}
+
+/// Why a stream could not be made.
+#[derive(Debug)]
+pub(crate) enum MakeError {
+    /// Its first ring is past the memory budget.
+    MemoryBudget,
+    /// An inherited message or initial body is larger than the ring holds.
+    TooLarge { len: usize, max: usize },
+    /// The configured ring cannot be built.
+    Config(String),
+}
+
+impl Stream {
+    /// A new stream holding `new.inherited`, its ring charged to `budget`.
+    pub(crate) fn new(new: NewStream, budget: &Arc<Bounded>) -> Result<Self, MakeError> {
+        let inherited_bytes: usize = new.inherited.iter().map(|p| p.len()).sum();
+        let first = ring_for(
+            new.full,
+            new.inherited.len() + 1,
+            inherited_bytes,
+            new.inherited.iter().map(|p| p.len()).max().unwrap_or(0),
+        )
+        .start_after(new.ring_start);
+        let writer = Writer::try_new(first).map_err(|e| MakeError::Config(e.to_string()))?;
+        let footprint = footprint(&first)?;
+        let memory = budget.take(footprint).ok_or(MakeError::MemoryBudget)?;
+        let mut tail = Tail {
+            writer,
+            events: 0,
+            words: 0,
+            memory,
+            producers: HashMap::new(),
+            stream_seq: None,
+            closed_by: None,
+        };
+        for payload in &new.inherited {
+            let max = tail.writer.ring().max_payload();
+            tail.writer.emit(payload).map_err(|_| MakeError::TooLarge {
+                len: payload.len(),
+                max,
+            })?;
+            tail.events += 1;
+            tail.words += payload.len().div_ceil(8);
+        }
+        let ring = Arc::clone(tail.writer.ring());
+        let json = media_type(&new.settings.content_type) == "application/json";
+        Ok(Self {
+            path: new.path,
+            settings: new.settings,
+            json,
+            lineage: new.lineage,
+            own_generation: new.own_generation,
+            start_after: new.start_after,
+            full: new.full,
+            ring: Mutex::new(ring),
+            tail: Mutex::new(tail),
+            closed: AtomicBool::new(new.closed),
+            changed: watch::Sender::new(0),
+            gone: AtomicBool::new(false),
+            soft_deleted: AtomicBool::new(false),
+            forks: AtomicUsize::new(0),
+            last_access_ms: AtomicU64::new(new.now_ms),
+            publish_key: new.publish_key,
+            _admission: new.admission,
+            _client: new.client,
+        })
+    }
+
+    /// The current ring.
+    pub(crate) fn ring(&self) -> Arc<Ring<SingleWriter>> {
+        Arc::clone(&self.ring.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn tail(&self) -> MutexGuard<'_, Tail> {
+        self.tail.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether the stream is closed.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// The bytes the stream's ring reserves of the budget now.
+    pub(crate) fn memory(&self) -> u64 {
+        self.ring().geometry().footprint() as u64
+    }
+
+    /// The offset after message `seq` (`seq` 0: before the first).
+    pub(crate) fn offset_of(&self, seq: u64) -> Offset {
+        for &(generation, last) in &self.lineage {
+            if seq <= last {
+                return Offset { generation, seq };
+            }
+        }
+        Offset {
+            generation: self.own_generation,
+            seq,
+        }
+    }
+
+    /// The seq a read from `offset` continues after, if `offset` is a
+    /// position of this stream (`published`: the ring's watermark).
+    fn seq_of(&self, offset: Offset, published: u64) -> Option<u64> {
+        let mut before = 0;
+        for &(generation, last) in &self.lineage {
+            if offset.generation == generation && offset.seq >= before && offset.seq <= last {
+                return Some(offset.seq);
+            }
+            before = last;
+        }
+        (offset.generation == self.own_generation
+            && offset.seq >= before
+            && offset.seq <= published)
+            .then_some(offset.seq)
+    }
+
+    /// Whether `offset` names a generation older than any this stream has
+    /// (a previous stream at this path): its data is gone.
+    fn predates(&self, offset: Offset) -> bool {
+        let oldest = self
+            .lineage
+            .first()
+            .map_or(self.own_generation, |&(generation, _)| generation);
+        offset.generation < oldest
+    }
+
+    /// The tail: the offset after the last message.
+    pub(crate) fn tail_offset(&self) -> Offset {
+        self.offset_of(self.ring().published())
+    }
+
+    /// The seq a read from `start` continues after.
+    ///
+    /// # Errors
+    /// [`ReadRefusal::NotAPosition`] for an offset the stream never had;
+    /// [`ReadRefusal::Gap`] when what follows it is no longer retained
+    /// (`-1` included, once the beginning is gone).
+    pub(crate) fn cursor_of(&self, start: Start) -> Result<u64, ReadRefusal> {
+        let ring = self.ring();
+        let published = ring.published();
+        let cursor = match start {
+            Start::Now => return Ok(published),
+            Start::Beginning => self.lineage_start(),
+            Start::At(offset) => match self.seq_of(offset, published) {
+                Some(seq) => seq,
+                None if self.predates(offset) => {
+                    return Err(self.gap(offset, ring.first_retained(), None));
+                }
+                None => return Err(ReadRefusal::NotAPosition),
+            },
+        };
+        let first_retained = ring.first_retained();
+        if cursor + 1 < first_retained {
+            let offset = match start {
+                Start::At(offset) => offset,
+                _ => self.offset_of(cursor),
+            };
+            return Err(self.gap(offset, first_retained, Some(cursor)));
+        }
+        Ok(cursor)
+    }
+
+    /// The seq before the stream's first message.
+    fn lineage_start(&self) -> u64 {
+        self.start_after
+    }
+
+    fn gap(&self, offset: Offset, first_retained: u64, cursor: Option<u64>) -> ReadRefusal {
+        let earliest_seq = first_retained.saturating_sub(1);
+        let evicted = match cursor {
+            Some(cursor) => earliest_seq.saturating_sub(cursor),
+            None => earliest_seq.saturating_sub(self.start_after),
+        };
+        ReadRefusal::Gap {
+            offset,
+            earliest: self.offset_of(earliest_seq),
+            evicted,
+        }
+    }
+
+    /// The messages after `cursor`, at most `max_bytes` of payload (at
+    /// least one message when there is one).
+    ///
+    /// # Errors
+    /// [`ReadRefusal::Gap`] when retention overtook the reader.
+    pub(crate) fn read_after(&self, cursor: u64, max_bytes: usize) -> Result<Chunk, ReadRefusal> {
+        /// Messages copied per ring read.
+        const BATCH: u64 = 256;
+        let ring = self.ring();
+        let published = ring.published();
+        let mut chunk = Chunk {
+            cursor,
+            ..Chunk::default()
+        };
+        let mut bytes = 0;
+        while chunk.cursor < published && (bytes < max_bytes || chunk.payloads.is_empty()) {
+            let last = published.min(chunk.cursor + BATCH);
+            let events = match ring.replay_range(chunk.cursor, last) {
+                Ok(events) => events,
+                Err(ReplayError::Gap(gap)) => {
+                    return Err(self.gap(
+                        self.offset_of(chunk.cursor),
+                        gap.first_retained,
+                        Some(chunk.cursor),
+                    ))
+                }
+                Err(ReplayError::Ahead { .. }) => break,
+            };
+            for event in events {
+                if bytes >= max_bytes && !chunk.payloads.is_empty() {
+                    break;
+                }
+                bytes += event.payload.len();
+                chunk.cursor = event.seq;
+                chunk.payloads.push(event.payload);
+            }
+        }
+        chunk.up_to_date = chunk.cursor >= published;
+        chunk.next = Some(self.offset_of(chunk.cursor));
+        Ok(chunk)
+    }
+
+    /// The signal to wait on for anything after what the caller read:
+    /// subscribe before reading, then wait on it.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// Wakes live readers (an append, a closure, a deletion).
+    pub(crate) fn wake(&self) {
+        self.changed.send_modify(|version| *version += 1);
+    }
+
+    /// Appends `body` (which may be empty only for a close).
+    pub(crate) fn append(
+        &self,
+        body: &[u8],
+        request: &AppendRequest<'_>,
+        budget: &Arc<Bounded>,
+    ) -> Result<Appended, AppendRefusal> {
+        let mut tail = self.tail();
+        if self.gone.load(Ordering::Acquire) || self.soft_deleted.load(Ordering::Acquire) {
+            return Err(AppendRefusal::Gone);
+        }
+        if self.is_closed() {
+            if let (Some((id, epoch, seq)), Some((by, by_epoch, by_seq))) =
+                (request.producer, &tail.closed_by)
+            {
+                if id == by && epoch == *by_epoch && seq == *by_seq {
+                    return Ok(Appended::Duplicate {
+                        last_seq: seq,
+                        closed: true,
+                    });
+                }
+            }
+            let tail = self.offset_of(tail.writer.ring().published());
+            // Closing a closed stream (no body, no producer) is idempotent.
+            if request.close && body.is_empty() && request.producer.is_none() {
+                return Ok(Appended::Done { tail, closed: true });
+            }
+            return Err(AppendRefusal::Closed { tail });
+        }
+        let payload = match (self.json, body.is_empty()) {
+            (_, true) => None,
+            (true, false) => json_mode::payload(body, false).map_err(AppendRefusal::Json)?,
+            (false, false) => Some(body.to_vec()),
+        };
+        let accepted = match request.producer {
+            Some((id, epoch, seq)) => Some(check_producer(&tail.producers, id, epoch, seq)?),
+            None => None,
+        };
+        if let Some(producer) = accepted.as_ref().and_then(|a| a.duplicate) {
+            return Ok(Appended::Duplicate {
+                last_seq: producer,
+                closed: false,
+            });
+        }
+        if let (Some(seq), Some(last)) = (request.stream_seq, &tail.stream_seq) {
+            if seq <= last.as_str() {
+                return Err(AppendRefusal::SeqConflict);
+            }
+        }
+        if let Some(payload) = &payload {
+            self.emit(&mut tail, payload, budget)?;
+        }
+        if let (Some((id, epoch, seq)), Some(_)) = (request.producer, &accepted) {
+            tail.producers.insert(
+                id.to_owned(),
+                Producer {
+                    epoch,
+                    last_seq: seq,
+                },
+            );
+        }
+        if let Some(seq) = request.stream_seq {
+            tail.stream_seq = Some(seq.to_owned());
+        }
+        if request.close {
+            self.closed.store(true, Ordering::Release);
+            tail.closed_by = request
+                .producer
+                .map(|(id, epoch, seq)| (id.to_owned(), epoch, seq));
+        }
+        let tail_offset = self.offset_of(tail.writer.ring().published());
+        drop(tail);
+        self.wake();
+        Ok(Appended::Done {
+            tail: tail_offset,
+            closed: self.is_closed(),
+        })
+    }
+
+    /// Appends `payload` as it is (a create's initial body, a fork's
+    /// prefix): no producer, sequence or closure checks.
+    pub(crate) fn append_payload(
+        &self,
+        payload: &[u8],
+        budget: &Arc<Bounded>,
+    ) -> Result<(), AppendRefusal> {
+        let mut tail = self.tail();
+        self.emit(&mut tail, payload, budget)
+    }
+
+    /// Emits `payload`, growing the ring first if the current one would
+    /// evict before its configured size.
+    fn emit(
+        &self,
+        tail: &mut Tail,
+        payload: &[u8],
+        budget: &Arc<Bounded>,
+    ) -> Result<(), AppendRefusal> {
+        let full_max = self.full.geometry().map_or(0, |g| g.max_payload());
+        if payload.len() > full_max {
+            return Err(AppendRefusal::TooLarge {
+                len: payload.len(),
+                max: full_max,
+            });
+        }
+        let ring = Arc::clone(tail.writer.ring());
+        let geometry = ring.geometry();
+        let at_full = self.full.geometry().is_ok_and(|g| g == geometry);
+        let words = payload.len().div_ceil(8);
+        let fits = tail.events + 2 <= geometry.events() / 2
+            && (tail.words + words) * 8 <= geometry.bytes() / 2
+            && payload.len() <= geometry.max_payload();
+        if !at_full && !fits {
+            self.grow(tail, &ring, payload.len(), budget)?;
+        }
+        let max = tail.writer.ring().max_payload();
+        tail.writer.emit(payload).map_err(|error| match error {
+            EmitError::TooLarge { .. } => AppendRefusal::TooLarge {
+                len: payload.len(),
+                max,
+            },
+            _ => AppendRefusal::TooLarge {
+                len: payload.len(),
+                max,
+            },
+        })?;
+        tail.events += 1;
+        tail.words += words;
+        Ok(())
+    }
+
+    /// Moves the stream to a ring that holds what it holds plus `incoming`
+    /// bytes with room to spare (at most the configured ring), copying the
+    /// retained messages at their seqs.
+    fn grow(
+        &self,
+        tail: &mut Tail,
+        old: &Ring<SingleWriter>,
+        incoming: usize,
+        budget: &Arc<Bounded>,
+    ) -> Result<(), AppendRefusal> {
+        let held_bytes = tail.words * 8;
+        let config = ring_for(self.full, tail.events + 1, held_bytes + incoming, incoming)
+            .start_after(old.first_retained().saturating_sub(1));
+        let footprint = footprint(&config).map_err(|_| AppendRefusal::MemoryBudget)?;
+        let memory = budget.take(footprint).ok_or(AppendRefusal::MemoryBudget)?;
+        let mut writer = Writer::try_new(config).map_err(|_| AppendRefusal::MemoryBudget)?;
+        let (mut events, mut words) = (0, 0);
+        let mut seq = old.first_retained();
+        while seq <= old.published() {
+            let batch = old
+                .replay_range(seq - 1, old.published().min(seq + 255))
+                .map_err(|_| AppendRefusal::Gone)?;
+            for event in batch {
+                writer
+                    .emit(&event.payload)
+                    .map_err(|_| AppendRefusal::MemoryBudget)?;
+                events += 1;
+                words += event.payload.len().div_ceil(8);
+                seq = event.seq + 1;
+            }
+        }
+        *self.ring.lock().unwrap_or_else(PoisonError::into_inner) = Arc::clone(writer.ring());
+        tail.writer = writer;
+        tail.events = events;
+        tail.words = words;
+        tail.memory = memory;
+        Ok(())
+    }
+
+    /// The first values (or bytes) of the message after `seq`: a fork's
+    /// sub-offset.
+    pub(crate) fn prefix_after(&self, seq: u64, sub: u64) -> Result<Vec<u8>, &'static str> {
+        let ring = self.ring();
+        let event = ring
+            .read(seq + 1)
+            .map_err(|_| "no retained message after the fork offset")?;
+        let sub = usize::try_from(sub).unwrap_or(usize::MAX);
+        if self.json {
+            let values =
+                json_mode::values(&event.payload).ok_or("the source's JSON is unreadable")?;
+            if sub > values.len() {
+                return Err("the sub-offset is past the message's values");
+            }
+            return Ok(values[..sub].join(",").into_bytes());
+        }
+        if sub > event.payload.len() {
+            return Err("the sub-offset is past the message's bytes");
+        }
+        Ok(event.payload[..sub].to_vec())
+    }
+
+    /// What a fork at `offset` inherits.
+    ///
+    /// # Errors
+    /// `offset` is not a position of this stream.
+    pub(crate) fn fork_point(&self, offset: Offset) -> Result<ForkPoint, ReadRefusal> {
+        let ring = self.ring();
+        let published = ring.published();
+        let seq = match offset {
+            Offset::ZERO => self.start_after,
+            _ => self
+                .seq_of(offset, published)
+                .ok_or(ReadRefusal::NotAPosition)?,
+        };
+        let mut lineage: Vec<(u64, u64)> = Vec::new();
+        for &(generation, last) in &self.lineage {
+            lineage.push((generation, last.min(seq)));
+            if last >= seq {
+                break;
+            }
+        }
+        if lineage.last().is_none_or(|&(_, last)| last < seq) {
+            lineage.push((self.own_generation, seq));
+        }
+        let first = ring.first_retained().max(self.start_after + 1);
+        let start_after = first.saturating_sub(1).min(seq);
+        let mut inherited = Vec::new();
+        let mut cursor = start_after;
+        while cursor < seq {
+            let events = ring
+                .replay_range(cursor, seq.min(cursor + 256))
+                .map_err(|_| ReadRefusal::NotAPosition)?;
+            if events.is_empty() {
+                break;
+            }
+            for event in events {
+                cursor = event.seq;
+                inherited.push(event.payload);
+            }
+        }
+        Ok(ForkPoint {
+            seq,
+            lineage,
+            start_after: self.start_after,
+            ring_start: start_after,
+            inherited,
+        })
+    }
+
+    /// The seq before the stream's first message, inherited included.
+    pub(crate) fn start_seq(&self) -> u64 {
+        self.start_after
+    }
+}
+
+/// What a fork inherits from its source.
+pub(crate) struct ForkPoint {
+    /// The source's seq at the fork offset.
+    pub(crate) seq: u64,
+    /// The generations of the inherited messages.
+    pub(crate) lineage: Vec<(u64, u64)>,
+    /// The seq before the source's first message ever.
+    pub(crate) start_after: u64,
+    /// The seq before the first inherited message still retained.
+    pub(crate) ring_start: u64,
+    /// The retained messages up to the fork offset.
+    pub(crate) inherited: Vec<bytes::Bytes>,
+}
+
+/// A producer's append, checked against what the stream knows of it.
+struct Accepted {
+    /// `Some(last seq)`: a retry of an append already stored.
+    duplicate: Option<u64>,
+}
+
+fn check_producer(
+    producers: &HashMap<String, Producer>,
+    id: &str,
+    epoch: u64,
+    seq: u64,
+) -> Result<Accepted, AppendRefusal> {
+    let fresh = Accepted { duplicate: None };
+    let Some(state) = producers.get(id) else {
+        return match seq {
+            0 => Ok(fresh),
+            _ => Err(AppendRefusal::SequenceGap {
+                expected: 0,
+                received: seq,
+            }),
+        };
+    };
+    if epoch < state.epoch {
+        return Err(AppendRefusal::StaleEpoch {
+            current: state.epoch,
+        });
+    }
+    if epoch > state.epoch {
+        return match seq {
+            0 => Ok(fresh),
+            _ => Err(AppendRefusal::EpochMustStartAtZero),
+        };
+    }
+    if seq <= state.last_seq {
+        return Ok(Accepted {
+            duplicate: Some(state.last_seq),
+        });
+    }
+    if seq == state.last_seq + 1 {
+        return Ok(fresh);
+    }
+    Err(AppendRefusal::SequenceGap {
+        expected: state.last_seq + 1,
+        received: seq,
+    })
+}
+
+/// A ring for `events` messages of `bytes` payload bytes in all, the
+/// largest `largest`, with room to double: powers of two from the first
+/// ring's size, at most `full`.
+fn ring_for(full: Config, events: usize, bytes: usize, largest: usize) -> Config {
+    let (full_events, full_bytes) = (full.requested_events(), full.requested_bytes());
+    let mut e = FIRST_EVENTS.min(full_events);
+    while e < full_events && e / 2 < events + 2 {
+        e = (e * 2).min(full_events);
+    }
+    let mut b = FIRST_BYTES.min(full_bytes);
+    while b < full_bytes && (b / 2 < bytes + 8 || b / 2 < largest) {
+        b = (b * 2).min(full_bytes);
+    }
+    full.events(e).bytes(b)
+}
+
+fn footprint(config: &Config) -> Result<u64, MakeError> {
+    config
+        .geometry()
+        .map(|g| g.footprint() as u64)
+        .map_err(|e| MakeError::Config(e.to_string()))
+}
