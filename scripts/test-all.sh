@@ -18,7 +18,10 @@
 #      a short load run
 #      (500 sessions, a tenth stalled, clients past the session cap;
 #      non-zero on a silent gap, a starved reader or RSS over budget)
-#   3. the benchmarks in test mode (each scenario once)
+#   3. the official Durable Streams server conformance suite against the
+#      release binary (scripts/conformance.sh: Node 20 and npm, packages
+#      pinned in conformance/package-lock.json), then the benchmarks in
+#      test mode (each scenario once)
 #   4. the concurrency proof: loom models, Miri, ThreadSanitizer (installing
 #      the nightly components they need; a check that cannot run fails the
 #      script unless GAPLESS_ALLOW_SKIP=1)
@@ -60,6 +63,13 @@ scripts/with-redis.sh cargo run --release -p gapless-server -- \
 scripts/with-redis.sh cargo run --release -p gapless-server -- \
     plan --rate 100 --outage 30 --payload 200 --sessions 1000 --redis {redis}
 cargo run --release -p gapless-server -- load --sessions "${LOAD_SESSIONS:-500}" --duration "${LOAD_SECONDS:-10}"
+
+step "the official Durable Streams conformance suite (pinned, conformance/)"
+# Every non-skipped test of @durable-streams/server-conformance-tests
+# against the release binary (npm ci from conformance/package-lock.json).
+# The server's long-poll wait is 2 s: the suite's long-poll tests wait for
+# it, and the suite is told so.
+DS_LONG_POLL_TIMEOUT_MS=3000 scripts/conformance.sh --build -- --long-poll-timeout 2
 
 step "benchmarks in test mode"
 cargo bench --workspace -- --test
