@@ -219,6 +219,8 @@ fn every_refusal_listed(refusal: &Refusal) {
 pub(crate) struct RingTotals {
     /// Live sessions.
     pub(crate) sessions: u64,
+    /// Live Durable Streams (soft-deleted ones with live forks included).
+    pub(crate) streams: u64,
     /// Events evicted from the live rings.
     pub(crate) evicted: u64,
     /// Emits that waited at the wrap, in the live rings.
@@ -253,6 +255,11 @@ impl Collector for Rings {
         let live = (self.read)();
         for (name, help, value) in [
             ("gapless_sessions", "Live sessions", live.sessions),
+            (
+                "gapless_streams",
+                "Live Durable Streams (their rings reserve from the same budget as sessions)",
+                live.streams,
+            ),
             (
                 "gapless_ring_memory_reserved_bytes",
                 "Bytes the live session rings reserve (each its configured footprint)",
@@ -486,6 +493,7 @@ mod tests {
     fn families_list_every_label_at_zero_and_count_by_the_refusals_own_code() {
         let metrics = Metrics::new(|| RingTotals {
             sessions: 3,
+            streams: 2,
             evicted: 5,
             wrap_waits: 1,
             reserved_bytes: 300,
@@ -497,6 +505,7 @@ mod tests {
         metrics.tripped(Limit::BodyReadTimeout);
         let text = metrics.encode();
         assert_eq!(sample(&text, "gapless_sessions "), Some(3));
+        assert_eq!(sample(&text, "gapless_streams "), Some(2));
         assert_eq!(
             sample(&text, "gapless_ring_memory_reserved_bytes "),
             Some(300)

@@ -89,7 +89,7 @@ pub(crate) struct ServerState {
     loading: Loading,
     /// The Durable Streams (`/v1/stream/...`), which share the sessions'
     /// limits and memory budget.
-    pub(crate) streams: Streams,
+    pub(crate) streams: Arc<Streams>,
     /// The origin of every `last_active_ms`.
     started: Instant,
 }
@@ -595,24 +595,26 @@ impl AppState {
     ) -> Result<Self, InvalidConfig> {
         let limits = Limits::new(&config)?;
         let sessions = Arc::new(Store::new(64));
+        let streams = Arc::new(Streams::new(
+            config.ring(),
+            config.idle_timeout,
+            Arc::clone(&limits.sessions),
+            Arc::clone(&limits.ring_memory),
+            Arc::clone(&limits.sessions_per_client),
+        ));
         let metrics = Metrics::new({
             let sessions = Arc::clone(&sessions);
+            let streams = Arc::clone(&streams);
             let memory = Arc::clone(&limits.ring_memory);
             let history = Arc::clone(&history);
             move || RingTotals {
                 reserved_bytes: memory.held(),
                 budget_bytes: memory.limit(),
                 emits_waiting: history.emits_waiting(),
+                streams: streams.len() as u64,
                 ..ring_totals(&sessions)
             }
         });
-        let streams = Streams::new(
-            config.ring(),
-            config.idle_timeout,
-            Arc::clone(&limits.sessions),
-            Arc::clone(&limits.ring_memory),
-            Arc::clone(&limits.sessions_per_client),
-        );
         let shared = Arc::new(ServerState {
             streams,
             config,

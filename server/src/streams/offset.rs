@@ -12,6 +12,7 @@
 use std::fmt;
 
 /// The largest value one part of an offset holds: 16 decimal digits.
+#[cfg(test)]
 pub(crate) const PART_MAX: u64 = 9_999_999_999_999_999;
 
 /// A position in a stream: after message `seq` of generation `generation`

@@ -366,12 +366,9 @@ impl Streams {
         }
     }
 
-    /// Live streams (soft-deleted ones included) and the bytes their rings
-    /// reserve.
-    pub(crate) fn totals(&self) -> (usize, u64) {
-        let entries = self.streams.entries();
-        let memory = entries.iter().map(|(_, s)| s.memory()).sum();
-        (entries.len(), memory)
+    /// Live streams (soft-deleted ones included).
+    pub(crate) fn len(&self) -> usize {
+        self.streams.len()
     }
 }
 

@@ -293,11 +293,6 @@ impl Stream {
         self.closed.load(Ordering::Acquire)
     }
 
-    /// The bytes the stream's ring reserves of the budget now.
-    pub(crate) fn memory(&self) -> u64 {
-        self.ring().geometry().footprint() as u64
-    }
-
     /// The offset after message `seq` (`seq` 0: before the first).
     pub(crate) fn offset_of(&self, seq: u64) -> Offset {
         for &(generation, last) in &self.lineage {
@@ -682,11 +677,6 @@ impl Stream {
             ring_start: start_after,
             inherited,
         })
-    }
-
-    /// The seq before the stream's first message, inherited included.
-    pub(crate) fn start_seq(&self) -> u64 {
-        self.start_after
     }
 }
 
