@@ -10,9 +10,13 @@
 -- keys' time to live in ms (`ttl`), lossless ('1': Redis persists every write before answering), then
 -- per session: its ID, the caller's epoch (hex) and published seq (what
 -- its ring has seen), a new epoch (hex, used only if the session lost
--- events), the batch's length, and its payloads.
+-- events), the batch's length, its payloads, then its guard: the number of
+-- caller fields it expects, each as name, '1' and the value it must hold
+-- or '0' and '' (must be absent), and the number of caller fields it sets,
+-- each as name, value (the fields are `c:<name>` in the meta).
 -- Returns per session {epoch (hex), the first seq of its batch}, or, with
--- nothing of the session written: 'GONE' (its meta is gone), 'DAMAGED
+-- nothing of the session written: 'GONE' (its meta is gone), 'REFUSED'
+-- (a field its guard expects holds something else), 'DAMAGED
 -- <what>' (its keys do not hold what its meta says: one was deleted or cut
 -- short, as an eviction policy or a stray command does; permanent), or
 -- 'AGAIN' (the session came twice in one call: the later batch was not
@@ -89,7 +93,7 @@ end
 
 -- What appending a batch to one session will write, from what its keys
 -- hold now; or the session's answer (a string) when nothing may be.
-local function plan(meta, stream, sizes, known_epoch, known, new_epoch, payloads, count)
+local function plan(meta, stream, sizes, known_epoch, known, new_epoch, payloads, count, guard)
   local m = redis.pcall('HMGET', meta, 'published', 'bytes', 'epoch', 'inc', 'retained',
     'renew_at')
   if m.err then return 'DAMAGED meta: ' .. m.err end
@@ -152,6 +156,14 @@ local function plan(meta, stream, sizes, known_epoch, known, new_epoch, payloads
     end
     p.retained = retained
   end
+  for _, expected in ipairs(guard.expect) do
+    local held = redis.call('HGET', meta, 'c:' .. expected.name)
+    if expected.present then
+      if held ~= expected.value then return 'REFUSED' end
+    elseif held then
+      return 'REFUSED'
+    end
+  end
   if p.retained == 0 then
     -- The stream and the sizes are made afresh: without a TTL yet.
     p.renew_at = 0
@@ -203,7 +215,7 @@ end
 
 -- Writes session `p`'s batch; its answer. Raises nothing after the
 -- session's first write.
-local function write(p, meta, stream, sizes, id, payloads, count)
+local function write(p, meta, stream, sizes, id, payloads, count, guard)
   if p.reset then
     redis.call('DEL', stream, sizes)
     redis.call('HSET', meta, 'epoch', p.epoch)
@@ -244,6 +256,9 @@ local function write(p, meta, stream, sizes, id, payloads, count)
     redis.call('XTRIM', stream, 'MINID', string.format('0-%d', published - p.retained_after + 1))
   end
   if p.inc then redis.call('HSET', meta, 'inc', p.inc) end
+  for _, field in ipairs(guard.set) do
+    redis.call('HSET', meta, 'c:' .. field.name, field.value)
+  end
   local renew = now >= p.renew_at
   if renew then
     redis.call('HSET', meta, 'published', string.format('%d', published), 'bytes',
@@ -269,19 +284,32 @@ local at = 5
 for s = 1, #KEYS / 3 do
   local meta, stream, sizes = KEYS[3 * s - 2], KEYS[3 * s - 1], KEYS[3 * s]
   local count = tonumber(ARGV[at + 4])
+  local guard = { expect = {}, set = {} }
+  local g = at + 5 + count
+  for _ = 1, tonumber(ARGV[g]) do
+    guard.expect[#guard.expect + 1] = {
+      name = ARGV[g + 1], present = ARGV[g + 2] == '1', value = ARGV[g + 3],
+    }
+    g = g + 3
+  end
+  g = g + 1
+  for _ = 1, tonumber(ARGV[g]) do
+    guard.set[#guard.set + 1] = { name = ARGV[g + 1], value = ARGV[g + 2] }
+    g = g + 2
+  end
   local session = {
     meta = meta, stream = stream, sizes = sizes, id = ARGV[at], payloads = at + 5,
-    count = count,
+    count = count, guard = guard,
   }
   if seen[meta] then
     session.plan = 'AGAIN'
   else
     seen[meta] = true
     session.plan = plan(meta, stream, sizes, ARGV[at + 1], tonumber(ARGV[at + 2]), ARGV[at + 3],
-      at + 5, count)
+      at + 5, count, guard)
   end
   sessions[s] = session
-  at = at + 5 + count
+  at = g + 1
 end
 
 local results = {}
@@ -291,7 +319,7 @@ for s = 1, #sessions do
     results[s] = session.plan
   else
     results[s] = write(session.plan, session.meta, session.stream, session.sizes, session.id,
-      session.payloads, session.count)
+      session.payloads, session.count, session.guard)
   end
 end
 return results

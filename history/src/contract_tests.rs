@@ -6,7 +6,7 @@
 use crate::memory::MemoryHistory;
 use crate::test_support::{Persistence, RedisServer};
 use crate::{
-    counter, Change, Follower, History, HistoryConfig, HistoryError, Known, LogId, Meta,
+    counter, Change, Follower, Guard, History, HistoryConfig, HistoryError, Known, LogId, Meta,
     MetaUpdate, RedisHistory,
 };
 use bytes::Bytes;
@@ -242,6 +242,77 @@ async fn contract<H: History>(history: &H) {
         snapshot.meta,
         meta(&[("pk", "k1")]),
         "per-epoch meta cleared, the rest kept"
+    );
+
+    // A guarded append: written with its fields only if the fields it
+    // expects hold; otherwise nothing at all. An empty batch writes the
+    // fields alone.
+    let now = Known {
+        epoch,
+        published: 1,
+    };
+    let set = |pairs: &[(&str, &str)]| {
+        pairs
+            .iter()
+            .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+            .collect::<Vec<_>>()
+    };
+    let claim = Guard {
+        expect: vec![("p/a".to_owned(), None)],
+        set: set(&[("p/a", "0 0")]),
+    };
+    assert_eq!(
+        history
+            .append_guarded(
+                &id,
+                now,
+                &payloads(2..=2),
+                &claim,
+                Instant::now() + DEADLINE
+            )
+            .await
+            .expect("guarded append"),
+        Some((epoch, 2))
+    );
+    assert_eq!(
+        history
+            .append_guarded(
+                &id,
+                now,
+                &payloads(3..=3),
+                &claim,
+                Instant::now() + DEADLINE
+            )
+            .await
+            .expect("guarded append"),
+        None,
+        "the field is no longer absent: refused"
+    );
+    let next = Guard {
+        expect: vec![("p/a".to_owned(), Some("0 0".to_owned()))],
+        set: set(&[("p/a", "0 1"), ("closed", "1")]),
+    };
+    let two = Known {
+        epoch,
+        published: 2,
+    };
+    assert_eq!(
+        history
+            .append_guarded(&id, two, &[], &next, Instant::now() + DEADLINE)
+            .await
+            .expect("a guard alone"),
+        Some((epoch, 3)),
+        "an empty batch answers the next seq"
+    );
+    let snapshot = history
+        .after(&id, 0, 1 << 20)
+        .await
+        .expect("read")
+        .expect("the log");
+    assert_eq!(snapshot.published, 2, "the refused batch wrote no event");
+    assert_eq!(
+        snapshot.meta,
+        meta(&[("pk", "k1"), ("p/a", "0 1"), ("closed", "1")])
     );
 
     // Complete keeps it readable; delete removes it.

@@ -14,7 +14,7 @@ use crate::connection::Connection;
 use crate::ids::LogId;
 use crate::keys::{keys_ttl, Keys};
 use crate::reply::{bounded, parse_seq, text_of};
-use crate::{HistoryConfig, HistoryError, Known};
+use crate::{Guard, HistoryConfig, HistoryError, Known};
 use bytes::Bytes;
 use redis::cluster_routing::Slot;
 use redis::{Script, Value};
@@ -86,11 +86,17 @@ pub(crate) struct Pending {
     pub(crate) id: LogId,
     pub(crate) known: Known,
     pub(crate) payloads: Vec<Bytes>,
+    /// What the log's meta must hold, and what the batch writes to it.
+    pub(crate) guard: Guard,
 }
 
 /// What one batch is answered: the epoch and the first seq it was
-/// appended at.
+/// appended at ([`REFUSED`]: its guard did not hold).
 pub(crate) type Answer = Result<(u64, u64), HistoryError>;
+
+/// The answer of a batch whose guard did not hold: nothing written. (No
+/// appended batch is answered epoch 0: epochs are never 0.)
+pub(crate) const REFUSED: (u64, u64) = (0, 0);
 
 /// A batch queued with its deadline and the channel its answer goes to.
 struct Queued {
@@ -351,6 +357,17 @@ async fn commit(
         for payload in &pending.payloads {
             invocation.arg(payload.as_ref());
         }
+        invocation.arg(pending.guard.expect.len());
+        for (name, value) in &pending.guard.expect {
+            match value {
+                Some(value) => invocation.arg(name).arg("1").arg(value),
+                None => invocation.arg(name).arg("0").arg(""),
+            };
+        }
+        invocation.arg(pending.guard.set.len());
+        for (name, value) in &pending.guard.set {
+            invocation.arg(name).arg(value);
+        }
     }
     let reply: Value = bounded(config.timeout, invocation.invoke_async(&mut connection)).await?;
     let Value::Array(results) = reply else {
@@ -374,6 +391,7 @@ fn appended(result: Value) -> Answer {
         other => {
             return match text_of(other) {
                 Ok(text) if text == "GONE" => Err(HistoryError::Gone),
+                Ok(text) if text == "REFUSED" => Ok(REFUSED),
                 Ok(text) if text == "AGAIN" => Err(HistoryError::Unavailable(
                     "the log came twice in one append call; nothing appended".into(),
                 )),

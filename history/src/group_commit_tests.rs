@@ -152,6 +152,7 @@ mod flushing {
                 published: u64::from(n),
             },
             payloads: vec![Bytes::from_static(b"{}")],
+            guard: Guard::default(),
         }
     }
 
@@ -476,6 +477,7 @@ mod script {
                     epoch: EPOCH,
                     published,
                 },
+                guard: Guard::default(),
                 payloads: (published + 1..=published + count)
                     .map(|seq| payload(id, seq))
                     .collect(),
@@ -709,6 +711,7 @@ mod script {
                     published,
                 },
                 payloads: vec![Bytes::from(vec![b'x'; *size])],
+                guard: Guard::default(),
             }];
             let answers = rig.call(&batch).await.expect("a call");
             let answer = answers.into_iter().next().expect("one answer");

@@ -131,6 +131,22 @@ pub trait History: Send + Sync + 'static {
         deadline: Instant,
     ) -> impl Future<Output = Result<(u64, u64), HistoryError>> + Send;
 
+    /// Appends `payloads` as [`append`](Self::append) does, in one atomic
+    /// step with `guard`: only if every field `guard.expect` names holds
+    /// the value given (or is absent, for `None`), and then `guard.set` is
+    /// written beside the events. `Ok(None)`: the guard did not hold and
+    /// nothing was written (the caller reads the meta and decides again).
+    /// `payloads` may be empty: the guard and its writes alone (a log's
+    /// closure, say), answered with the next seq.
+    fn append_guarded(
+        &self,
+        id: &LogId,
+        known: Known,
+        payloads: &[Bytes],
+        guard: &Guard,
+        deadline: Instant,
+    ) -> impl Future<Output = Result<Option<(u64, u64)>, HistoryError>> + Send;
+
     /// The log's meta and the events after seq `after` still retained
     /// (the first may be past `after + 1`: the caller checks, with
     /// [`gapless::Coverage::of_retained`]), at most `max_bytes` of payload
@@ -281,6 +297,20 @@ pub struct MetaUpdate {
     /// Each of these counters is raised to at least its value (a maximum:
     /// never lowered).
     pub raise: Vec<(String, u64)>,
+}
+
+/// What an append requires of its log's [`Meta`], and writes to it, in the
+/// same atomic step ([`History::append_guarded`]): a compare-and-set of
+/// caller fields beside the events, so that two instances deciding on the
+/// same meta never both append (an idempotent producer's seq, a stream's
+/// closure).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Guard {
+    /// Each field must hold this value (`None`: must be absent).
+    pub expect: Vec<(String, Option<String>)>,
+    /// Written when the guard holds (after the epoch's own fields are
+    /// cleared, if the append moves the log to a new epoch).
+    pub set: Vec<(String, String)>,
 }
 
 /// What [`History::update_meta`] did.

@@ -9,8 +9,8 @@
 //! session under a new epoch, as the script does.
 
 use super::{
-    counter, Change, Follower, History, HistoryConfig, HistoryError, Known, Meta, MetaUpdate,
-    Snapshot, Updated,
+    counter, Change, Follower, Guard, History, HistoryConfig, HistoryError, Known, Meta,
+    MetaUpdate, Snapshot, Updated,
 };
 use crate::LogId;
 use bytes::Bytes;
@@ -208,6 +208,19 @@ impl History for MemoryHistory {
         payloads: &[Bytes],
         deadline: Instant,
     ) -> Result<(u64, u64), HistoryError> {
+        self.append_guarded(id, known, payloads, &Guard::default(), deadline)
+            .await?
+            .ok_or_else(|| HistoryError::Corrupt("an empty guard refused".into()))
+    }
+
+    async fn append_guarded(
+        &self,
+        id: &LogId,
+        known: Known,
+        payloads: &[Bytes],
+        guard: &Guard,
+        deadline: Instant,
+    ) -> Result<Option<(u64, u64)>, HistoryError> {
         self.check_up()?;
         self.appends.fetch_add(1, Ordering::Relaxed);
         let late = || HistoryError::Unavailable("no answer by the deadline".into());
@@ -224,6 +237,13 @@ impl History for MemoryHistory {
         let (epoch, first, last) = {
             let mut logs = lock(&self.logs);
             let stored = logs.get_mut(id).ok_or(HistoryError::Gone)?;
+            let holds = guard
+                .expect
+                .iter()
+                .all(|(name, value)| stored.meta.get(name) == value.as_ref());
+            if !holds {
+                return Ok(None);
+            }
             // As the script: a restart that may have lost events, or a
             // history behind the caller's ring, continues under a new epoch.
             let run = self.run.load(Ordering::Relaxed);
@@ -239,6 +259,9 @@ impl History for MemoryHistory {
                     .retain(|name, _| !name.starts_with(crate::PER_EPOCH));
             }
             stored.inc = run;
+            for (name, value) in &guard.set {
+                stored.meta.insert(name.clone(), value.clone());
+            }
             let first = stored.published + 1;
             for (seq, payload) in (first..).zip(payloads) {
                 stored.events.insert(seq, payload.clone());
@@ -262,7 +285,7 @@ impl History for MemoryHistory {
         if std::mem::take(&mut faults.land_then_fail) {
             return Err(HistoryError::Unavailable("applied, answered late".into()));
         }
-        Ok((epoch, first))
+        Ok(Some((epoch, first)))
     }
 
     async fn after(

@@ -10,10 +10,12 @@
 //! of one slot only in one script call on a cluster ([`take_group`]).
 
 use super::connection::Connection;
-use super::group_commit::{Commits, Pending, Spawner};
+use super::group_commit::{Commits, Pending, Spawner, REFUSED};
 use super::keys::{keys_ttl, ms, Keys};
 use super::reply::{bounded, caller_meta, entries, parse_epoch, parse_seq, text_of, unavailable};
-use super::{History, HistoryConfig, HistoryError, Known, Meta, MetaUpdate, Snapshot, Updated};
+use super::{
+    Guard, History, HistoryConfig, HistoryError, Known, Meta, MetaUpdate, Snapshot, Updated,
+};
 use crate::ids::LogId;
 use crate::notify::{Followed, Notifier};
 use bytes::Bytes;
@@ -369,7 +371,21 @@ impl History for RedisHistory {
         payloads: &[Bytes],
         deadline: Instant,
     ) -> Result<(u64, u64), HistoryError> {
-        self.commits
+        self.append_guarded(id, known, payloads, &Guard::default(), deadline)
+            .await?
+            .ok_or_else(|| HistoryError::Corrupt("an empty guard refused".into()))
+    }
+
+    async fn append_guarded(
+        &self,
+        id: &LogId,
+        known: Known,
+        payloads: &[Bytes],
+        guard: &Guard,
+        deadline: Instant,
+    ) -> Result<Option<(u64, u64)>, HistoryError> {
+        let answer = self
+            .commits
             .append(
                 &self.connection,
                 &self.scripts.append,
@@ -379,10 +395,12 @@ impl History for RedisHistory {
                     id: *id,
                     known,
                     payloads: payloads.to_vec(),
+                    guard: guard.clone(),
                 },
                 deadline,
             )
-            .await
+            .await?;
+        Ok((answer != REFUSED).then_some(answer))
     }
 
     async fn after(
