@@ -4,6 +4,6 @@
 #[cfg(test)]
 pub(crate) use gapless_history::memory;
 pub use gapless_history::{
-    counter, Change, Follower, History, HistoryConfig, HistoryError, Known, LogId, Meta,
+    counter, Change, Follower, Guard, History, HistoryConfig, HistoryError, Known, LogId, Meta,
     MetaUpdate, RedisHistory, Snapshot, PER_EPOCH, READ_BYTES,
 };

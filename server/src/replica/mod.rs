@@ -302,6 +302,19 @@ mod tests {
             self.inner.append(id, known, payloads, deadline).await
         }
 
+        async fn append_guarded(
+            &self,
+            id: &LogId,
+            known: Known,
+            payloads: &[Bytes],
+            guard: &crate::history::Guard,
+            deadline: Instant,
+        ) -> Result<Option<(u64, u64)>, HistoryError> {
+            self.inner
+                .append_guarded(id, known, payloads, guard, deadline)
+                .await
+        }
+
         async fn after(
             &self,
             id: &LogId,
