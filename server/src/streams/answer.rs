@@ -4,7 +4,8 @@
 
 use super::offset::Offset;
 use super::registry::CreateRefusal;
-use super::stream::{AppendRefusal, ReadRefusal};
+use super::rules::AppendRefusal;
+use super::stream::ReadRefusal;
 use axum::body::Body;
 use axum::http::{header, HeaderName, HeaderValue, Response, StatusCode};
 
@@ -198,7 +199,18 @@ pub(crate) fn append_refused(refused: &AppendRefusal) -> Response<Body> {
         ),
         AppendRefusal::MemoryBudget => memory_budget(),
         AppendRefusal::Gone => not_found(),
+        AppendRefusal::Unavailable => unavailable(),
     }
+}
+
+/// `503 history_unavailable`: the shared history did not answer.
+pub(crate) fn unavailable() -> Response<Body> {
+    refusal(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "history_unavailable",
+        "the shared history did not answer; nothing was changed or acknowledged",
+        &[("retry-after", "1".to_owned())],
+    )
 }
 
 fn memory_budget() -> Response<Body> {

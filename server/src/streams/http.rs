@@ -11,7 +11,8 @@ use super::json_mode;
 use super::live;
 use super::offset::{Offset, Start};
 use super::registry::{CreateRefusal, CreateRequest, Created};
-use super::stream::{AppendRequest, Appended, Settings, Stream};
+use super::rules::{AppendRequest, Appended};
+use super::stream::{Settings, Stream};
 use crate::extract::{Body as LimitedBody, Client};
 use crate::state::{AppState, ServerState};
 use axum::body::Body;
@@ -326,7 +327,7 @@ async fn append(state: &Arc<ServerState>, path: &str, request: Request) -> Respo
             finish(builder, Body::empty())
         }
         Err(refused) => {
-            if matches!(refused, super::stream::AppendRefusal::MemoryBudget) {
+            if matches!(refused, super::rules::AppendRefusal::MemoryBudget) {
                 state.metrics.tripped(crate::metrics::Limit::MemoryBudget);
             }
             answer::append_refused(&refused)

@@ -9,6 +9,7 @@
 //! | `offset` | the offset format and the `offset` parameter |
 //! | `json_mode` | validating, flattening and framing JSON messages |
 //! | `cursor` | `Stream-Cursor` for live reads |
+//! | `rules` | what decides an append: closure, `Stream-Seq`, idempotent producers |
 //! | `stream` | one stream: settings, ring, producers, closure |
 //! | `registry` | every stream: create, forks, delete, expiry, limits |
 //! | `answer` | response headers and every refusal |
@@ -22,6 +23,7 @@ mod json_mode;
 mod live;
 mod offset;
 mod registry;
+mod rules;
 mod stream;
 
 pub(crate) use http::stream_route;

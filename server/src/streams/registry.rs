@@ -265,7 +265,7 @@ impl Streams {
             MakeError::TooLarge { len, max } => CreateRefusal::TooLarge { len, max },
             MakeError::Config(what) => CreateRefusal::Internal(what),
         })?;
-        let plain = super::stream::AppendRequest {
+        let plain = super::rules::AppendRequest {
             close: request.closed,
             ..Default::default()
         };
@@ -273,7 +273,7 @@ impl Streams {
             stream
                 .append_payload(&payload, &self.memory)
                 .map_err(|refusal| match refusal {
-                    super::stream::AppendRefusal::TooLarge { len, max } => {
+                    super::rules::AppendRefusal::TooLarge { len, max } => {
                         CreateRefusal::TooLarge { len, max }
                     }
                     _ => CreateRefusal::MemoryBudget,

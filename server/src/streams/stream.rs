@@ -9,6 +9,7 @@
 
 use super::json_mode;
 use super::offset::{Offset, Start};
+use super::rules::{decide, AppendRefusal, AppendRequest, Appended, Decision, Producer, WriterState};
 use crate::admission::{Bounded, Held};
 use gapless::{Config, EmitError, ReplayError, Ring, SingleWriter, Writer};
 use std::collections::HashMap;
@@ -48,57 +49,6 @@ pub(crate) fn media_type(content_type: &str) -> String {
         .unwrap_or_default()
         .trim()
         .to_ascii_lowercase()
-}
-
-/// An idempotent producer's last accepted append.
-#[derive(Clone, Copy, Debug)]
-struct Producer {
-    epoch: u64,
-    last_seq: u64,
-}
-
-/// What an append carries besides its bytes.
-#[derive(Debug, Default)]
-pub(crate) struct AppendRequest<'a> {
-    /// `Stream-Seq`: must sort after the previous one.
-    pub(crate) stream_seq: Option<&'a str>,
-    /// `Producer-Id`, `Producer-Epoch`, `Producer-Seq`.
-    pub(crate) producer: Option<(&'a str, u64, u64)>,
-    /// `Stream-Closed: true`: close the stream with (or without) this
-    /// append.
-    pub(crate) close: bool,
-}
-
-/// How an append went.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Appended {
-    /// Stored (or, for a close without a body, closed): the new tail.
-    Done { tail: Offset, closed: bool },
-    /// A producer's retry of an append already stored: nothing stored.
-    Duplicate { last_seq: u64, closed: bool },
-}
-
-/// Why an append stored nothing.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum AppendRefusal {
-    /// The stream is closed (`409`, `Stream-Closed: true`).
-    Closed { tail: Offset },
-    /// `Stream-Seq` not after the previous one (`409`).
-    SeqConflict,
-    /// An older producer epoch (`403`, with the current epoch).
-    StaleEpoch { current: u64 },
-    /// A new epoch that does not start at seq 0 (`400`).
-    EpochMustStartAtZero,
-    /// A producer seq that skips some (`409`).
-    SequenceGap { expected: u64, received: u64 },
-    /// The body is not JSON, or is `[]` (`400`).
-    Json(json_mode::JsonRefusal),
-    /// Larger than the configured ring holds (`413`).
-    TooLarge { len: usize, max: usize },
-    /// Growing the ring would take the server past its memory budget.
-    MemoryBudget,
-    /// The stream was deleted meanwhile.
-    Gone,
 }
 
 /// Why a read cannot start where asked.
@@ -450,48 +400,30 @@ impl Stream {
         if self.gone.load(Ordering::Acquire) || self.soft_deleted.load(Ordering::Acquire) {
             return Err(AppendRefusal::Gone);
         }
-        if self.is_closed() {
-            if let (Some((id, epoch, seq)), Some((by, by_epoch, by_seq))) =
-                (request.producer, &tail.closed_by)
-            {
-                if id == by && epoch == *by_epoch && seq == *by_seq {
-                    return Ok(Appended::Duplicate {
-                        last_seq: seq,
-                        closed: true,
-                    });
-                }
-            }
-            let tail = self.offset_of(tail.writer.ring().published());
-            // Closing a closed stream (no body, no producer) is idempotent.
-            if request.close && body.is_empty() && request.producer.is_none() {
-                return Ok(Appended::Done { tail, closed: true });
-            }
-            return Err(AppendRefusal::Closed { tail });
+        let tail_now = self.offset_of(tail.writer.ring().published());
+        let state = WriterState {
+            closed: self.is_closed(),
+            closed_by: tail
+                .closed_by
+                .as_ref()
+                .map(|(id, epoch, seq)| (id.as_str(), *epoch, *seq)),
+            stream_seq: tail.stream_seq.as_deref(),
+            producer: request
+                .producer
+                .and_then(|(id, _, _)| tail.producers.get(id).copied()),
+        };
+        if let Decision::Answer(answer) = decide(&state, request, body.is_empty(), tail_now)? {
+            return Ok(answer);
         }
         let payload = match (self.json, body.is_empty()) {
             (_, true) => None,
             (true, false) => json_mode::payload(body, false).map_err(AppendRefusal::Json)?,
             (false, false) => Some(body.to_vec()),
         };
-        let accepted = match request.producer {
-            Some((id, epoch, seq)) => Some(check_producer(&tail.producers, id, epoch, seq)?),
-            None => None,
-        };
-        if let Some(producer) = accepted.as_ref().and_then(|a| a.duplicate) {
-            return Ok(Appended::Duplicate {
-                last_seq: producer,
-                closed: false,
-            });
-        }
-        if let (Some(seq), Some(last)) = (request.stream_seq, &tail.stream_seq) {
-            if seq <= last.as_str() {
-                return Err(AppendRefusal::SeqConflict);
-            }
-        }
         if let Some(payload) = &payload {
             self.emit(&mut tail, payload, budget)?;
         }
-        if let (Some((id, epoch, seq)), Some(_)) = (request.producer, &accepted) {
+        if let Some((id, epoch, seq)) = request.producer {
             tail.producers.insert(
                 id.to_owned(),
                 Producer {
@@ -692,53 +624,6 @@ pub(crate) struct ForkPoint {
     pub(crate) ring_start: u64,
     /// The retained messages up to the fork offset.
     pub(crate) inherited: Vec<bytes::Bytes>,
-}
-
-/// A producer's append, checked against what the stream knows of it.
-struct Accepted {
-    /// `Some(last seq)`: a retry of an append already stored.
-    duplicate: Option<u64>,
-}
-
-fn check_producer(
-    producers: &HashMap<String, Producer>,
-    id: &str,
-    epoch: u64,
-    seq: u64,
-) -> Result<Accepted, AppendRefusal> {
-    let fresh = Accepted { duplicate: None };
-    let Some(state) = producers.get(id) else {
-        return match seq {
-            0 => Ok(fresh),
-            _ => Err(AppendRefusal::SequenceGap {
-                expected: 0,
-                received: seq,
-            }),
-        };
-    };
-    if epoch < state.epoch {
-        return Err(AppendRefusal::StaleEpoch {
-            current: state.epoch,
-        });
-    }
-    if epoch > state.epoch {
-        return match seq {
-            0 => Ok(fresh),
-            _ => Err(AppendRefusal::EpochMustStartAtZero),
-        };
-    }
-    if seq <= state.last_seq {
-        return Ok(Accepted {
-            duplicate: Some(state.last_seq),
-        });
-    }
-    if seq == state.last_seq + 1 {
-        return Ok(fresh);
-    }
-    Err(AppendRefusal::SequenceGap {
-        expected: state.last_seq + 1,
-        received: seq,
-    })
 }
 
 /// A ring for `events` messages of `bytes` payload bytes in all, the
