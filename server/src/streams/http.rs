@@ -13,10 +13,10 @@ use super::offset::{Offset, Start};
 use super::registry::{CreateRefusal, CreateRequest, Created};
 use super::rules::{AppendRequest, Appended};
 use super::stream::{Settings, Stream};
-use crate::extract::{Body as LimitedBody, Client};
+use crate::extract::Client;
 use crate::state::{AppState, ServerState};
 use axum::body::Body;
-use axum::extract::{FromRequest, FromRequestParts, Path, Request, State};
+use axum::extract::{FromRequestParts, Path, Request, State};
 use axum::http::{header, HeaderMap, Method, Response, StatusCode};
 use std::sync::Arc;
 
@@ -68,10 +68,51 @@ fn strict_integer(value: &str) -> Option<u64> {
 /// The largest integer a JavaScript client sends exactly.
 const SAFE_INTEGER: u64 = (1 << 53) - 1;
 
+/// What a body over `--max-body` is read on for, unkept, before the `413`:
+/// a client still sending it would otherwise find the connection reset
+/// before it reads the answer.
+const DRAIN_BYTES: usize = 64 << 20;
+
+/// The request body within `--max-body` and `--body-read-timeout`. Over
+/// the limit: `413 body_too_large`, once the rest of the body (up to
+/// [`DRAIN_BYTES`], within the same timeout) has been read and dropped.
 async fn body(state: &AppState, request: Request) -> Result<bytes::Bytes, Response<Body>> {
-    match LimitedBody::from_request(request, state).await {
-        Ok(LimitedBody(bytes)) => Ok(bytes),
-        Err(error) => Err(axum::response::IntoResponse::into_response(error)),
+    use futures_util::StreamExt as _;
+    let config = &state.0.config;
+    let limit = config.max_body;
+    let mut frames = request.into_body().into_data_stream();
+    let read = async {
+        let mut kept = bytes::BytesMut::new();
+        let mut seen = 0usize;
+        while let Some(frame) = frames.next().await {
+            let Ok(frame) = frame else {
+                return Err(answer::bad_request("the request body could not be read"));
+            };
+            seen = seen.saturating_add(frame.len());
+            if seen <= limit {
+                kept.extend_from_slice(&frame);
+            } else if seen > DRAIN_BYTES {
+                break;
+            }
+        }
+        if seen > limit {
+            return Err(answer::refusal(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                &format!("request body is over {limit} bytes"),
+                &[],
+            ));
+        }
+        Ok(kept.freeze())
+    };
+    match tokio::time::timeout(config.body_read_timeout, read).await {
+        Ok(result) => result,
+        Err(_) => {
+            state.0.metrics.tripped(crate::metrics::Limit::BodyReadTimeout);
+            Err(axum::response::IntoResponse::into_response(
+                crate::error::ApiError::BodyReadTimeout,
+            ))
+        }
     }
 }
 
