@@ -260,6 +260,7 @@ async fn contract<H: History>(history: &H) {
     let claim = Guard {
         expect: vec![("p/a".to_owned(), None)],
         set: set(&[("p/a", "0 0")]),
+        ..Guard::default()
     };
     assert_eq!(
         history
@@ -291,6 +292,7 @@ async fn contract<H: History>(history: &H) {
     let next = Guard {
         expect: vec![("p/a".to_owned(), Some("0 0".to_owned()))],
         set: set(&[("p/a", "0 1"), ("closed", "1")]),
+        ..Guard::default()
     };
     let two = Known {
         epoch,
@@ -314,6 +316,29 @@ async fn contract<H: History>(history: &H) {
         snapshot.meta,
         meta(&[("pk", "k1"), ("p/a", "0 1"), ("closed", "1")])
     );
+    // A log that lost events continues under the epoch the guard names.
+    let behind = Known {
+        epoch,
+        published: 99,
+    };
+    let chosen = Guard {
+        next_epoch: Some(0x5eed),
+        ..Guard::default()
+    };
+    assert_eq!(
+        history
+            .append_guarded(
+                &id,
+                behind,
+                &payloads(1..=1),
+                &chosen,
+                Instant::now() + DEADLINE
+            )
+            .await
+            .expect("guarded append"),
+        Some((0x5eed, 1))
+    );
+    let epoch = 0x5eed;
 
     // Complete keeps it readable; delete removes it.
     assert!(history

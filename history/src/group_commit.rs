@@ -352,7 +352,14 @@ async fn commit(
             .arg(pending.id.to_string())
             .arg(format!("{:016x}", pending.known.epoch))
             .arg(pending.known.published)
-            .arg(format!("{:016x}", gapless::epoch::random()))
+            .arg(format!(
+                "{:016x}",
+                pending
+                    .guard
+                    .next_epoch
+                    .filter(|epoch| *epoch != 0)
+                    .unwrap_or_else(|| gapless::epoch::random().get())
+            ))
             .arg(pending.payloads.len());
         for payload in &pending.payloads {
             invocation.arg(payload.as_ref());

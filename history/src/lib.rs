@@ -311,6 +311,10 @@ pub struct Guard {
     /// Written when the guard holds (after the epoch's own fields are
     /// cleared, if the append moves the log to a new epoch).
     pub set: Vec<(String, String)>,
+    /// The epoch the log continues under if this append finds it lost
+    /// events (`None`: a random one). A caller whose positions must sort
+    /// across epochs gives a larger one than the log's.
+    pub next_epoch: Option<u64>,
 }
 
 /// What [`History::update_meta`] did.

@@ -251,7 +251,10 @@ impl History for MemoryHistory {
             if (restarted && !self.lossless)
                 || (stored.epoch == known.epoch && stored.published < known.published)
             {
-                stored.epoch = stored.epoch.wrapping_mul(31).wrapping_add(run).max(1);
+                stored.epoch = guard
+                    .next_epoch
+                    .filter(|epoch| *epoch != 0)
+                    .unwrap_or_else(|| stored.epoch.wrapping_mul(31).wrapping_add(run).max(1));
                 stored.events.clear();
                 stored.published = 0;
                 stored
