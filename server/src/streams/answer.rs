@@ -5,7 +5,7 @@
 use super::offset::Offset;
 use super::registry::CreateRefusal;
 use super::rules::AppendRefusal;
-use super::stream::ReadRefusal;
+use super::numbering::ReadRefusal;
 use axum::body::Body;
 use axum::http::{header, HeaderName, HeaderValue, Response, StatusCode};
 

@@ -7,7 +7,7 @@ use super::answer::{
     TTL, UP_TO_DATE,
 };
 use super::cursor::response_cursor;
-use super::json_mode;
+use super::feed::LocalFeed;
 use super::live;
 use super::offset::{Offset, Start};
 use super::registry::{CreateRefusal, CreateRequest, Created};
@@ -19,9 +19,6 @@ use axum::body::Body;
 use axum::extract::{FromRequestParts, Path, Request, State};
 use axum::http::{header, HeaderMap, Method, Response, StatusCode};
 use std::sync::Arc;
-
-/// The most payload bytes one catch-up response carries.
-pub(crate) const CHUNK_BYTES: usize = 1 << 20;
 
 /// Every method on `/v1/stream/{*path}`.
 pub(crate) async fn stream_route(
@@ -575,68 +572,5 @@ async fn read(state: &Arc<ServerState>, path: &str, request: Request) -> Respons
         return answer::soft_deleted();
     }
     state.streams.touch(&stream);
-    let cursor = match stream.cursor_of(query.start) {
-        Ok(cursor) => cursor,
-        Err(refused) => return answer::read_refused(&refused),
-    };
-    match query.live {
-        Live::Sse => live::sse(state, stream, cursor, query.cursor),
-        Live::LongPoll => live::long_poll(state, stream, cursor, &query).await,
-        Live::No => catch_up(&stream, cursor, &query, request.headers()),
-    }
-}
-
-/// A catch-up read: up to [`CHUNK_BYTES`] after `cursor`.
-pub(crate) fn catch_up(
-    stream: &Stream,
-    cursor: u64,
-    query: &ReadQuery,
-    headers: &HeaderMap,
-) -> Response<Body> {
-    let chunk = match stream.read_after(cursor, CHUNK_BYTES) {
-        Ok(chunk) => chunk,
-        Err(refused) => return answer::read_refused(&refused),
-    };
-    let next = chunk.next.unwrap_or_else(|| stream.offset_of(cursor));
-    let at_closed_tail = chunk.up_to_date && stream.is_closed() && next == stream.tail_offset();
-    let etag = etag(&query.raw_start, next, at_closed_tail);
-    if headers
-        .get(header::IF_NONE_MATCH)
-        .is_some_and(|v| v.as_bytes() == etag.as_bytes())
-    {
-        return finish(
-            response(StatusCode::NOT_MODIFIED).header(header::ETAG, etag),
-            Body::empty(),
-        );
-    }
-    let mut builder = response(StatusCode::OK)
-        .header(header::CONTENT_TYPE, stream.settings.content_type.as_str())
-        .header(NEXT_OFFSET, next.to_string())
-        .header(header::ETAG, etag);
-    if query.live == Live::LongPoll {
-        builder = builder.header(CURSOR, response_cursor(query.cursor.as_deref()));
-    }
-    if chunk.up_to_date {
-        builder = builder.header(UP_TO_DATE, "true");
-    }
-    if query.start == Start::Now {
-        builder = builder.header(header::CACHE_CONTROL, "no-store");
-    }
-    if at_closed_tail {
-        builder = builder.header(CLOSED, "true");
-    }
-    finish(builder, Body::from(body_of(stream, &chunk.payloads)))
-}
-
-/// The body of `payloads`: concatenated, or one JSON array in JSON mode.
-pub(crate) fn body_of(stream: &Stream, payloads: &[bytes::Bytes]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(payloads.iter().map(|p| p.len() + 1).sum::<usize>() + 2);
-    if stream.json {
-        json_mode::array(&mut out, payloads.iter().map(|p| &p[..]));
-    } else {
-        for payload in payloads {
-            out.extend_from_slice(payload);
-        }
-    }
-    out
+    live::read(state, LocalFeed::new(stream), query, request.headers()).await
 }

@@ -1,92 +1,174 @@
-//! Live reads: long-poll (one response, once there is data or the wait
-//! ends) and SSE (`data` events, each followed by a `control` event with
-//! the next offset). A live reader that retention overtakes is ended: its
-//! reconnect from the last offset it got is answered `410`, never a skip.
+//! Reads over a [`Feed`]: catch-up (one page), long-poll (a page once
+//! there is data, or `204` when the wait ends) and SSE (`data` events,
+//! each followed by a `control` event with the next offset). A live reader
+//! that retention overtakes is ended: its reconnect from the last offset
+//! it got is answered `410`, never a skip.
 
 use super::answer::{
     self, finish, response, CLOSED, CURSOR, NEXT_OFFSET, SSE_DATA_ENCODING, UP_TO_DATE,
 };
 use super::cursor::response_cursor;
-use super::http::{catch_up, ReadQuery, CHUNK_BYTES};
-use super::stream::{media_type, Stream};
+use super::feed::{Feed, FeedEnd, Page};
+use super::http::{etag, Live, ReadQuery};
+use super::json_mode;
+use super::offset::Start;
+use super::stream::media_type;
 use crate::lifecycle::turned_true;
 use crate::state::ServerState;
 use axum::body::Body;
-use axum::http::{header, Response, StatusCode};
+use axum::http::{header, HeaderMap, Response, StatusCode};
 use base64::Engine as _;
 use std::convert::Infallible;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use tokio::time::Instant;
 
-/// Whether `stream` has ended for live readers (deleted, expired,
-/// soft-deleted).
-fn ended(stream: &Stream) -> bool {
-    stream.gone.load(Ordering::Acquire) || stream.soft_deleted.load(Ordering::Acquire)
+/// The answer to a feed that stopped.
+pub(crate) fn ended(end: &FeedEnd) -> Response<Body> {
+    match end {
+        FeedEnd::Gone => answer::not_found(),
+        FeedEnd::Refused(refused) => answer::read_refused(refused),
+        FeedEnd::Unavailable => answer::unavailable(),
+    }
+}
+
+/// Any read of `feed` as `query` asks.
+pub(crate) async fn read<F: Feed>(
+    state: &Arc<ServerState>,
+    mut feed: F,
+    query: ReadQuery,
+    headers: &HeaderMap,
+) -> Response<Body> {
+    let started = match feed.start(query.start).await {
+        Ok(started) => started,
+        Err(end) => return ended(&end),
+    };
+    let cursor = started.cursor;
+    match query.live {
+        Live::Sse => sse(
+            state,
+            feed,
+            cursor,
+            query.cursor,
+            is_binary(&started.content_type),
+        ),
+        Live::LongPoll => long_poll(state, feed, cursor, &query).await,
+        Live::No => match feed.read(cursor).await {
+            Ok(page) => page_response(&page, &query, headers),
+            Err(end) => ended(&end),
+        },
+    }
+}
+
+/// A catch-up answer: `page` with its offsets, ETag and state headers.
+pub(crate) fn page_response(page: &Page, query: &ReadQuery, headers: &HeaderMap) -> Response<Body> {
+    let next = page.next();
+    let at_closed_tail = page.at_closed_tail();
+    let etag = etag(&query.raw_start, next, at_closed_tail);
+    if headers
+        .get(header::IF_NONE_MATCH)
+        .is_some_and(|v| v.as_bytes() == etag.as_bytes())
+    {
+        return finish(
+            response(StatusCode::NOT_MODIFIED).header(header::ETAG, etag),
+            Body::empty(),
+        );
+    }
+    let mut builder = response(StatusCode::OK)
+        .header(header::CONTENT_TYPE, page.content_type.as_str())
+        .header(NEXT_OFFSET, next.to_string())
+        .header(header::ETAG, etag);
+    if query.live == Live::LongPoll {
+        builder = builder.header(CURSOR, response_cursor(query.cursor.as_deref()));
+    }
+    if page.up_to_date() {
+        builder = builder.header(UP_TO_DATE, "true");
+    }
+    if query.start == Start::Now {
+        builder = builder.header(header::CACHE_CONTROL, "no-store");
+    }
+    if at_closed_tail {
+        builder = builder.header(CLOSED, "true");
+    }
+    finish(builder, Body::from(body_of(page)))
+}
+
+/// The body of a page: its payloads concatenated, or one JSON array.
+fn body_of(page: &Page) -> Vec<u8> {
+    let size = page.payloads.iter().map(|p| p.len() + 1).sum::<usize>() + 2;
+    let mut out = Vec::with_capacity(size);
+    if page.json {
+        json_mode::array(&mut out, page.payloads.iter().map(|p| &p[..]));
+    } else {
+        for payload in &page.payloads {
+            out.extend_from_slice(payload);
+        }
+    }
+    out
 }
 
 /// A long-poll read after `cursor`: data at once if there is some, else
 /// the first append within `--long-poll-timeout`, else `204`.
-pub(crate) async fn long_poll(
+async fn long_poll<F: Feed>(
     state: &Arc<ServerState>,
-    stream: Arc<Stream>,
+    mut feed: F,
     cursor: u64,
     query: &ReadQuery,
 ) -> Response<Body> {
-    let mut changed = stream.subscribe();
-    let no_headers = axum::http::HeaderMap::new();
-    if stream.ring().published() > cursor {
-        return catch_up(&stream, cursor, query, &no_headers);
-    }
-    if !stream.is_closed() {
-        let mut shutdown = state.lifecycle.shutdown.clone();
-        let deadline = tokio::time::sleep(state.config.long_poll_timeout);
-        tokio::pin!(deadline);
-        loop {
-            tokio::select! {
-                changed_ = changed.changed() => {
-                    if changed_.is_err() || ended(&stream) {
-                        return answer::not_found();
-                    }
-                    if stream.ring().published() > cursor {
-                        state.streams.touch(&stream);
-                        return catch_up(&stream, cursor, query, &no_headers);
-                    }
-                    if stream.is_closed() {
-                        break;
-                    }
-                }
-                () = &mut deadline => break,
-                () = turned_true(&mut shutdown) => break,
-            }
+    let no_headers = HeaderMap::new();
+    let deadline = Instant::now() + state.config.long_poll_timeout;
+    let mut shutdown = state.lifecycle.shutdown.clone();
+    let mut page = match feed.read(cursor).await {
+        Ok(page) => page,
+        Err(end) => return ended(&end),
+    };
+    while page.payloads.is_empty() && !page.closed {
+        let now = Instant::now();
+        if now >= deadline {
+            break;
         }
+        tokio::select! {
+            changed = feed.wait(deadline - now) => {
+                if !changed {
+                    break;
+                }
+            }
+            () = turned_true(&mut shutdown) => break,
+        }
+        page = match feed.read(cursor).await {
+            Ok(page) => page,
+            Err(end) => return ended(&end),
+        };
+    }
+    if !page.payloads.is_empty() {
+        return page_response(&page, query, &no_headers);
     }
     let mut builder = response(StatusCode::NO_CONTENT)
-        .header(NEXT_OFFSET, stream.offset_of(cursor).to_string())
+        .header(NEXT_OFFSET, page.next().to_string())
         .header(UP_TO_DATE, "true")
         .header(CURSOR, response_cursor(query.cursor.as_deref()));
-    if stream.is_closed() && stream.ring().published() == cursor {
+    if page.at_closed_tail() {
         builder = builder.header(CLOSED, "true");
     }
     finish(builder, Body::empty())
 }
 
 /// An SSE read after `cursor`.
-pub(crate) fn sse(
+fn sse<F: Feed>(
     state: &Arc<ServerState>,
-    stream: Arc<Stream>,
+    feed: F,
     cursor: u64,
     client_cursor: Option<String>,
+    binary: bool,
 ) -> Response<Body> {
-    let media = media_type(&stream.settings.content_type);
-    let base64 = !(media.starts_with("text/") || media == "application/json");
     let reader = SseReader {
         state: Arc::clone(state),
-        stream,
+        feed,
         cursor,
         client_cursor,
-        base64,
+        binary,
         started: false,
         done: false,
+        quiet_since: Instant::now(),
     };
     let body = futures_util::stream::unfold(reader, |mut reader| async move {
         let bytes = reader.next().await?;
@@ -95,108 +177,95 @@ pub(crate) fn sse(
     let mut builder = response(StatusCode::OK)
         .header(header::CONTENT_TYPE, "text/event-stream")
         .header(header::CACHE_CONTROL, "no-cache");
-    if base64 {
+    if binary {
         builder = builder.header(SSE_DATA_ENCODING, "base64");
     }
     finish(builder, Body::from_stream(body))
 }
 
+/// Whether a stream of `content_type` sends base64 `data` events.
+pub(crate) fn is_binary(content_type: &str) -> bool {
+    let media = media_type(content_type);
+    !(media.starts_with("text/") || media == "application/json")
+}
+
 /// One SSE reader's position.
-struct SseReader {
+struct SseReader<F> {
     state: Arc<ServerState>,
-    stream: Arc<Stream>,
+    feed: F,
     /// The seq of the last message sent.
     cursor: u64,
     client_cursor: Option<String>,
-    /// Binary content: `data` events carry base64.
-    base64: bool,
+    /// Binary content: `data` events carry base64 (the response's
+    /// `Stream-SSE-Data-Encoding` says so).
+    binary: bool,
     /// Whether the first control event went out.
     started: bool,
     /// The closing control event went out.
     done: bool,
+    /// When the last event went out, for the keep-alive control events.
+    quiet_since: Instant,
 }
 
-impl SseReader {
+impl<F: Feed> SseReader<F> {
     /// The next bytes to send, `None` once the stream ends.
     async fn next(&mut self) -> Option<bytes::Bytes> {
         if self.done {
             return None;
         }
         let mut shutdown = self.state.lifecycle.shutdown.clone();
+        let keep_alive = self.state.config.long_poll_timeout;
         loop {
-            let mut changed = self.stream.subscribe();
-            if ended(&self.stream) || *shutdown.borrow() {
+            if *shutdown.borrow() {
                 return None;
             }
-            // Retention overtook this reader: end it; its reconnect gets
-            // the 410 with the figures.
-            let chunk = self.stream.read_after(self.cursor, CHUNK_BYTES).ok()?;
-            if !chunk.payloads.is_empty() || !self.started {
+            // Gone, unavailable, or overtaken by retention: the stream
+            // ends; a reconnect from the last offset sent gets the answer
+            // (a 410 with its figures when retention overtook it).
+            let page = self.feed.read(self.cursor).await.ok()?;
+            if !page.payloads.is_empty() || !self.started {
                 self.started = true;
-                self.state.streams.touch(&self.stream);
+                let mut out = Vec::new();
                 // Each data event is followed by its control event, so a
                 // reader cut anywhere resumes exactly after what it got.
-                let mut out = Vec::new();
-                let first = chunk.cursor + 1 - chunk.payloads.len() as u64;
-                for (seq, payload) in (first..).zip(&chunk.payloads) {
-                    self.data_event(&mut out, payload);
+                for (seq, payload) in (page.first()..).zip(&page.payloads) {
+                    data_event(&mut out, payload, self.binary, page.json);
                     self.cursor = seq;
-                    let last = seq == chunk.cursor;
-                    self.control_event(&mut out, last && chunk.up_to_date);
+                    let last = seq == page.cursor;
+                    self.control_event(&mut out, &page, last && page.up_to_date());
                 }
-                if chunk.payloads.is_empty() {
-                    self.control_event(&mut out, chunk.up_to_date);
+                if page.payloads.is_empty() {
+                    self.control_event(&mut out, &page, page.up_to_date());
                 }
+                self.quiet_since = Instant::now();
                 return Some(out.into());
             }
-            if self.stream.is_closed() {
+            if page.closed {
                 let mut out = Vec::new();
-                self.control_event(&mut out, true);
+                self.control_event(&mut out, &page, true);
+                return Some(out.into());
+            }
+            let wake_at = self.quiet_since + keep_alive;
+            let now = Instant::now();
+            if now >= wake_at {
+                let mut out = Vec::new();
+                self.control_event(&mut out, &page, true);
+                self.quiet_since = now;
                 return Some(out.into());
             }
             tokio::select! {
-                result = changed.changed() => {
-                    if result.is_err() {
-                        return None;
-                    }
-                }
-                () = tokio::time::sleep(self.state.config.long_poll_timeout) => {
-                    let mut out = Vec::new();
-                    self.control_event(&mut out, true);
-                    return Some(out.into());
-                }
+                _ = self.feed.wait(wake_at - now) => {}
                 () = turned_true(&mut shutdown) => return None,
             }
         }
     }
 
-    fn data_event(&self, out: &mut Vec<u8>, payload: &[u8]) {
-        let text: std::borrow::Cow<'_, [u8]> = if self.base64 {
-            base64::engine::general_purpose::STANDARD
-                .encode(payload)
-                .into_bytes()
-                .into()
-        } else if self.stream.json {
-            let mut array = Vec::with_capacity(payload.len() + 2);
-            super::json_mode::array(&mut array, [payload]);
-            array.into()
-        } else {
-            String::from_utf8_lossy(payload)
-                .into_owned()
-                .into_bytes()
-                .into()
-        };
-        // Cannot fail: the text is UTF-8 and the event type is fixed.
-        let _ = gapless::sse::encode_unnumbered_tight(out, "data", &text);
-    }
-
     /// The control event after what was sent: the next offset, and either
     /// the stream's closure (at its closed tail: the last event) or the
     /// cursor and whether the reader is up to date.
-    fn control_event(&mut self, out: &mut Vec<u8>, up_to_date: bool) {
-        let next = self.stream.offset_of(self.cursor);
-        let at_tail = self.stream.ring().published() == self.cursor;
-        let control = if self.stream.is_closed() && at_tail {
+    fn control_event(&mut self, out: &mut Vec<u8>, page: &Page, up_to_date: bool) {
+        let next = page.numbering.offset_of(self.cursor);
+        let control = if page.closed && self.cursor >= page.published {
             self.done = true;
             serde_json::json!({ "streamNextOffset": next.to_string(), "streamClosed": true })
         } else {
@@ -213,7 +282,27 @@ impl SseReader {
                 }),
             }
         };
+        // Cannot fail: the text is UTF-8 and the event type is fixed.
         let _ =
             gapless::sse::encode_unnumbered_tight(out, "control", control.to_string().as_bytes());
     }
+}
+
+/// One `data` event: base64 for binary content, one JSON array per message
+/// in JSON mode, else the text.
+fn data_event(out: &mut Vec<u8>, payload: &[u8], binary: bool, json: bool) {
+    let text: std::borrow::Cow<'_, [u8]> = if binary {
+        base64::engine::general_purpose::STANDARD
+            .encode(payload)
+            .into_bytes()
+            .into()
+    } else if json {
+        let mut array = Vec::with_capacity(payload.len() + 2);
+        json_mode::array(&mut array, [payload]);
+        array.into()
+    } else {
+        String::from_utf8_lossy(payload).into_owned().into_bytes().into()
+    };
+    // Cannot fail: the text is UTF-8 and the event type is fixed.
+    let _ = gapless::sse::encode_unnumbered_tight(out, "data", &text);
 }

@@ -7,20 +7,24 @@
 //! | module | holds |
 //! |---|---|
 //! | `offset` | the offset format and the `offset` parameter |
+//! | `numbering` | a stream's offsets: lineage, generations, positions, the `410` figures |
 //! | `json_mode` | validating, flattening and framing JSON messages |
 //! | `cursor` | `Stream-Cursor` for live reads |
 //! | `rules` | what decides an append: closure, `Stream-Seq`, idempotent producers |
 //! | `stream` | one stream: settings, ring, producers, closure |
 //! | `registry` | every stream: create, forks, delete, expiry, limits |
 //! | `answer` | response headers and every refusal |
-//! | `live` | long-poll and SSE reads |
+//! | `feed` | what a read pages through and waits on: a local ring or the shared history |
+//! | `live` | catch-up, long-poll and SSE reads over a feed |
 //! | `http` | the route's handlers |
 
 mod answer;
 mod cursor;
+mod feed;
 mod http;
 mod json_mode;
 mod live;
+mod numbering;
 mod offset;
 mod registry;
 mod rules;

@@ -3,7 +3,8 @@
 //! sweep of expired and idle streams, and what streams hold against the
 //! server's limits.
 
-use super::stream::{media_type, ForkPoint, MakeError, NewStream, ReadRefusal, Settings, Stream};
+use super::numbering::ReadRefusal;
+use super::stream::{media_type, ForkPoint, MakeError, NewStream, Settings, Stream};
 use crate::admission::{Bounded, Held, PerClient};
 use crate::client_addr::ClientKey;
 use gapless::{Config, Store};

@@ -8,6 +8,7 @@
 //! retention dropped what they ask for.
 
 use super::json_mode;
+use super::numbering::{Numbering, ReadRefusal};
 use super::offset::{Offset, Start};
 use super::rules::{decide, AppendRefusal, AppendRequest, Appended, Decision, Producer, WriterState};
 use crate::admission::{Bounded, Held};
@@ -51,34 +52,15 @@ pub(crate) fn media_type(content_type: &str) -> String {
         .to_ascii_lowercase()
 }
 
-/// Why a read cannot start where asked.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum ReadRefusal {
-    /// Retention dropped messages after the offset: `410` with figures.
-    Gap {
-        /// The offset asked for.
-        offset: Offset,
-        /// Where the retained messages start: a read from here gets the
-        /// first of them.
-        earliest: Offset,
-        /// Messages dropped between the two.
-        evicted: u64,
-    },
-    /// An offset this stream never handed out (`400`).
-    NotAPosition,
-}
-
 /// A catch-up read's result: the payloads and where the reader is now.
 #[derive(Debug, Default)]
 pub(crate) struct Chunk {
     /// One payload per message, in order.
     pub(crate) payloads: Vec<bytes::Bytes>,
-    /// The offset after the last message returned.
-    pub(crate) next: Option<Offset>,
-    /// The seq after which the next read continues.
+    /// The seq of the last message returned (the read's cursor if none).
     pub(crate) cursor: u64,
-    /// Whether the chunk reaches the tail as it was read.
-    pub(crate) up_to_date: bool,
+    /// The ring's watermark when it was read.
+    pub(crate) published: u64,
 }
 
 /// The writer's side, under the stream's lock.
@@ -105,14 +87,8 @@ pub(crate) struct Stream {
     pub(crate) settings: Settings,
     /// `application/json`: appends are validated and flattened.
     pub(crate) json: bool,
-    /// Generations of the messages it inherited, `(generation, last seq)`
-    /// in order, then its own generation (every seq after the last
-    /// inherited one).
-    lineage: Vec<(u64, u64)>,
-    own_generation: u64,
-    /// The seq before the stream's first message ever (inherited ones
-    /// included): where `-1` starts, retained or not.
-    start_after: u64,
+    /// The offsets of its messages.
+    pub(crate) numbering: Numbering,
     /// The configured ring: what the stream grows to.
     full: Config,
     /// The current ring, for readers (the writer's, swapped on growth).
@@ -211,9 +187,7 @@ impl Stream {
             path: new.path,
             settings: new.settings,
             json,
-            lineage: new.lineage,
-            own_generation: new.own_generation,
-            start_after: new.start_after,
+            numbering: Numbering::new(new.lineage, new.own_generation, new.start_after),
             full: new.full,
             ring: Mutex::new(ring),
             tail: Mutex::new(tail),
@@ -245,41 +219,7 @@ impl Stream {
 
     /// The offset after message `seq` (`seq` 0: before the first).
     pub(crate) fn offset_of(&self, seq: u64) -> Offset {
-        for &(generation, last) in &self.lineage {
-            if seq <= last {
-                return Offset { generation, seq };
-            }
-        }
-        Offset {
-            generation: self.own_generation,
-            seq,
-        }
-    }
-
-    /// The seq a read from `offset` continues after, if `offset` is a
-    /// position of this stream (`published`: the ring's watermark).
-    fn seq_of(&self, offset: Offset, published: u64) -> Option<u64> {
-        let mut before = 0;
-        for &(generation, last) in &self.lineage {
-            if offset.generation == generation && offset.seq >= before && offset.seq <= last {
-                return Some(offset.seq);
-            }
-            before = last;
-        }
-        (offset.generation == self.own_generation
-            && offset.seq >= before
-            && offset.seq <= published)
-            .then_some(offset.seq)
-    }
-
-    /// Whether `offset` names a generation older than any this stream has
-    /// (a previous stream at this path): its data is gone.
-    fn predates(&self, offset: Offset) -> bool {
-        let oldest = self
-            .lineage
-            .first()
-            .map_or(self.own_generation, |&(generation, _)| generation);
-        offset.generation < oldest
+        self.numbering.offset_of(seq)
     }
 
     /// The tail: the offset after the last message.
@@ -290,50 +230,11 @@ impl Stream {
     /// The seq a read from `start` continues after.
     ///
     /// # Errors
-    /// [`ReadRefusal::NotAPosition`] for an offset the stream never had;
-    /// [`ReadRefusal::Gap`] when what follows it is no longer retained
-    /// (`-1` included, once the beginning is gone).
+    /// As [`Numbering::cursor_of`], on what the ring retains now.
     pub(crate) fn cursor_of(&self, start: Start) -> Result<u64, ReadRefusal> {
         let ring = self.ring();
-        let published = ring.published();
-        let cursor = match start {
-            Start::Now => return Ok(published),
-            Start::Beginning => self.lineage_start(),
-            Start::At(offset) => match self.seq_of(offset, published) {
-                Some(seq) => seq,
-                None if self.predates(offset) => {
-                    return Err(self.gap(offset, ring.first_retained(), None));
-                }
-                None => return Err(ReadRefusal::NotAPosition),
-            },
-        };
-        let first_retained = ring.first_retained();
-        if cursor + 1 < first_retained {
-            let offset = match start {
-                Start::At(offset) => offset,
-                _ => self.offset_of(cursor),
-            };
-            return Err(self.gap(offset, first_retained, Some(cursor)));
-        }
-        Ok(cursor)
-    }
-
-    /// The seq before the stream's first message.
-    fn lineage_start(&self) -> u64 {
-        self.start_after
-    }
-
-    fn gap(&self, offset: Offset, first_retained: u64, cursor: Option<u64>) -> ReadRefusal {
-        let earliest_seq = first_retained.saturating_sub(1);
-        let evicted = match cursor {
-            Some(cursor) => earliest_seq.saturating_sub(cursor),
-            None => earliest_seq.saturating_sub(self.start_after),
-        };
-        ReadRefusal::Gap {
-            offset,
-            earliest: self.offset_of(earliest_seq),
-            evicted,
-        }
+        self.numbering
+            .cursor_of(start, ring.first_retained(), ring.published())
     }
 
     /// The messages after `cursor`, at most `max_bytes` of payload (at
@@ -356,7 +257,7 @@ impl Stream {
             let events = match ring.replay_range(chunk.cursor, last) {
                 Ok(events) => events,
                 Err(ReplayError::Gap(gap)) => {
-                    return Err(self.gap(
+                    return Err(self.numbering.gap(
                         self.offset_of(chunk.cursor),
                         gap.first_retained,
                         Some(chunk.cursor),
@@ -373,8 +274,7 @@ impl Stream {
                 chunk.payloads.push(event.payload);
             }
         }
-        chunk.up_to_date = chunk.cursor >= published;
-        chunk.next = Some(self.offset_of(chunk.cursor));
+        chunk.published = published;
         Ok(chunk)
     }
 
@@ -478,12 +378,17 @@ impl Stream {
         }
         let ring = Arc::clone(tail.writer.ring());
         let geometry = ring.geometry();
-        let at_full = self.full.geometry().is_ok_and(|g| g == geometry);
         let words = payload.len().div_ceil(8);
-        let fits = tail.events + 2 <= geometry.events() / 2
-            && (tail.words + words) * 8 <= geometry.bytes() / 2
-            && payload.len() <= geometry.max_payload();
-        if !at_full && !fits {
+        // Grow while a dimension the ring is short of can still grow: a
+        // ring at its configured events (or bytes) evicts by them, as the
+        // configured ring does, instead of being rebuilt per append.
+        let full = self.full.geometry().ok();
+        let short_of_events = tail.events + 2 > geometry.events() / 2
+            && full.is_some_and(|full| geometry.events() < full.events());
+        let short_of_bytes = ((tail.words + words) * 8 > geometry.bytes() / 2
+            || payload.len() > geometry.max_payload())
+            && full.is_some_and(|full| geometry.bytes() < full.bytes());
+        if short_of_events || short_of_bytes {
             self.grow(tail, &ring, payload.len(), budget)?;
         }
         let max = tail.writer.ring().max_payload();
@@ -515,6 +420,10 @@ impl Stream {
         let held_bytes = tail.words * 8;
         let config = ring_for(self.full, tail.events + 1, held_bytes + incoming, incoming)
             .start_after(old.first_retained().saturating_sub(1));
+        if config.geometry().is_ok_and(|g| g == old.geometry()) {
+            // Nothing larger to move to.
+            return Ok(());
+        }
         let footprint = footprint(&config).map_err(|_| AppendRefusal::MemoryBudget)?;
         let memory = budget.take(footprint).ok_or(AppendRefusal::MemoryBudget)?;
         let mut writer = Writer::try_new(config).map_err(|_| AppendRefusal::MemoryBudget)?;
@@ -570,23 +479,12 @@ impl Stream {
     pub(crate) fn fork_point(&self, offset: Offset) -> Result<ForkPoint, ReadRefusal> {
         let ring = self.ring();
         let published = ring.published();
-        let seq = match offset {
-            Offset::ZERO => self.start_after,
-            _ => self
-                .seq_of(offset, published)
-                .ok_or(ReadRefusal::NotAPosition)?,
-        };
-        let mut lineage: Vec<(u64, u64)> = Vec::new();
-        for &(generation, last) in &self.lineage {
-            lineage.push((generation, last.min(seq)));
-            if last >= seq {
-                break;
-            }
-        }
-        if lineage.last().is_none_or(|&(_, last)| last < seq) {
-            lineage.push((self.own_generation, seq));
-        }
-        let first = ring.first_retained().max(self.start_after + 1);
+        let seq = self
+            .numbering
+            .seq_of(offset, published)
+            .ok_or(ReadRefusal::NotAPosition)?;
+        let lineage = self.numbering.fork_lineage(seq);
+        let first = ring.first_retained().max(self.numbering.start_after() + 1);
         let start_after = first.saturating_sub(1).min(seq);
         let mut inherited = Vec::new();
         let mut cursor = start_after;
@@ -605,7 +503,7 @@ impl Stream {
         Ok(ForkPoint {
             seq,
             lineage,
-            start_after: self.start_after,
+            start_after: self.numbering.start_after(),
             ring_start: start_after,
             inherited,
         })
@@ -647,4 +545,70 @@ fn footprint(config: &Config) -> Result<u64, MakeError> {
         .geometry()
         .map(|g| g.footprint() as u64)
         .map_err(|e| MakeError::Config(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{NewStream, Settings, Stream};
+    use crate::admission::Bounded;
+    use crate::streams::rules::AppendRequest;
+    use gapless::Config;
+    use std::sync::Arc;
+
+    fn stream(full: Config, budget: &Arc<Bounded>) -> Stream {
+        Stream::new(
+            NewStream {
+                path: "s".to_owned(),
+                settings: Settings {
+                    content_type: "text/plain".to_owned(),
+                    ttl_secs: None,
+                    expires_at: None,
+                    forked_from: None,
+                    fork_offset: None,
+                    fork_sub_offset: 0,
+                },
+                lineage: Vec::new(),
+                own_generation: 1,
+                full,
+                inherited: Vec::new(),
+                start_after: 0,
+                ring_start: 0,
+                closed: false,
+                now_ms: 0,
+                publish_key: None,
+                admission: Vec::new(),
+                client: None,
+            },
+            budget,
+        )
+        .expect("a stream")
+    }
+
+    /// A stream starts with a small ring and grows by doubling; once one
+    /// dimension is at its configured size (events here, with small
+    /// messages), appends evict by it and never rebuild the ring again.
+    #[test]
+    fn a_ring_at_its_configured_events_is_not_rebuilt_per_append() {
+        let budget = Bounded::new(u64::MAX);
+        let full = Config::default().events(64).bytes(4 << 20);
+        let stream = stream(full, &budget);
+        let first = stream.ring().geometry().footprint() as u64;
+        assert_eq!(budget.held(), first, "it costs its first ring");
+        let mut rebuilt = 0;
+        let mut ring = stream.ring();
+        for n in 0..1000u32 {
+            stream
+                .append(format!("{n:08}").as_bytes(), &AppendRequest::default(), &budget)
+                .expect("append");
+            let now = stream.ring();
+            if !Arc::ptr_eq(&now, &ring) {
+                rebuilt += 1;
+                ring = now;
+            }
+        }
+        assert!(rebuilt <= 8, "rebuilt {rebuilt} times");
+        assert_eq!(stream.ring().published(), 1000);
+        assert!(stream.ring().first_retained() > 900, "it evicts by events");
+        assert_eq!(budget.held(), stream.ring().geometry().footprint() as u64);
+    }
 }

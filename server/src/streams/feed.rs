@@ -1,0 +1,150 @@
+//! Where a read's messages come from: a [`Feed`] pages through a stream
+//! after a cursor and waits for it to change. The in-process stream's ring
+//! is one ([`LocalFeed`]); the shared history is the other
+//! (`shared::SharedFeed`). Catch-up, long-poll and SSE reads are written
+//! once, over a feed.
+
+use super::numbering::{Numbering, ReadRefusal};
+use super::offset::{Offset, Start};
+use super::stream::Stream;
+use bytes::Bytes;
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// The most payload bytes one page carries (at least one message).
+pub(crate) const PAGE_BYTES: usize = 1 << 20;
+
+/// One page of a stream after a cursor, and the stream as the read saw it.
+#[derive(Debug, Default)]
+pub(crate) struct Page {
+    /// One payload per message, seqs `cursor_before + 1 ..= cursor`.
+    pub(crate) payloads: Vec<Bytes>,
+    /// The seq of the last message returned (the read's cursor if none).
+    pub(crate) cursor: u64,
+    /// The stream's last seq.
+    pub(crate) published: u64,
+    /// Whether the stream is closed.
+    pub(crate) closed: bool,
+    /// The stream's offsets.
+    pub(crate) numbering: Numbering,
+    /// The stream's content type.
+    pub(crate) content_type: String,
+    /// JSON mode.
+    pub(crate) json: bool,
+}
+
+impl Page {
+    /// Whether the page reaches the stream's tail.
+    pub(crate) fn up_to_date(&self) -> bool {
+        self.cursor >= self.published
+    }
+
+    /// Whether the reader is at the tail of a closed stream.
+    pub(crate) fn at_closed_tail(&self) -> bool {
+        self.closed && self.up_to_date()
+    }
+
+    /// The offset after the page.
+    pub(crate) fn next(&self) -> Offset {
+        self.numbering.offset_of(self.cursor)
+    }
+
+    /// The seq of the page's first message.
+    pub(crate) fn first(&self) -> u64 {
+        self.cursor + 1 - self.payloads.len() as u64
+    }
+}
+
+/// Where a read starts.
+#[derive(Debug)]
+pub(crate) struct Started {
+    /// The seq the read continues after.
+    pub(crate) cursor: u64,
+    /// The stream's content type.
+    pub(crate) content_type: String,
+}
+
+/// Why a feed stopped.
+#[derive(Debug)]
+pub(crate) enum FeedEnd {
+    /// The stream is gone (deleted, expired) or soft-deleted.
+    Gone,
+    /// Retention overtook the reader, or the offset is not a position.
+    Refused(ReadRefusal),
+    /// The shared history did not answer.
+    Unavailable,
+}
+
+/// A stream to read, as a live reader sees it.
+pub(crate) trait Feed: Send + 'static {
+    /// Where a read from `start` continues: after which seq, and the
+    /// stream's content type.
+    fn start(&mut self, start: Start) -> impl Future<Output = Result<Started, FeedEnd>> + Send;
+
+    /// The messages after `cursor`, at most [`PAGE_BYTES`] (at least one
+    /// when there is one). Changes after this call wake [`Feed::wait`].
+    fn read(&mut self, cursor: u64) -> impl Future<Output = Result<Page, FeedEnd>> + Send;
+
+    /// Waits until the stream may have changed since the last read, or
+    /// `timeout`: `false` when the time ran out.
+    fn wait(&mut self, timeout: Duration) -> impl Future<Output = bool> + Send;
+}
+
+/// A stream of this process.
+pub(crate) struct LocalFeed {
+    stream: Arc<Stream>,
+    changed: watch::Receiver<u64>,
+}
+
+impl LocalFeed {
+    pub(crate) fn new(stream: Arc<Stream>) -> Self {
+        let changed = stream.subscribe();
+        Self { stream, changed }
+    }
+
+    fn ended(&self) -> bool {
+        self.stream.gone.load(Ordering::Acquire) || self.stream.soft_deleted.load(Ordering::Acquire)
+    }
+}
+
+impl Feed for LocalFeed {
+    async fn start(&mut self, start: Start) -> Result<Started, FeedEnd> {
+        let cursor = self.stream.cursor_of(start).map_err(FeedEnd::Refused)?;
+        Ok(Started {
+            cursor,
+            content_type: self.stream.settings.content_type.clone(),
+        })
+    }
+
+    async fn read(&mut self, cursor: u64) -> Result<Page, FeedEnd> {
+        // Marked seen before the read: a change after it wakes `wait`.
+        self.changed.borrow_and_update();
+        if self.ended() {
+            return Err(FeedEnd::Gone);
+        }
+        let closed = self.stream.is_closed();
+        let chunk = self
+            .stream
+            .read_after(cursor, PAGE_BYTES)
+            .map_err(FeedEnd::Refused)?;
+        Ok(Page {
+            payloads: chunk.payloads,
+            cursor: chunk.cursor,
+            published: chunk.published,
+            closed,
+            numbering: self.stream.numbering.clone(),
+            content_type: self.stream.settings.content_type.clone(),
+            json: self.stream.json,
+        })
+    }
+
+    async fn wait(&mut self, timeout: Duration) -> bool {
+        matches!(
+            tokio::time::timeout(timeout, self.changed.changed()).await,
+            Ok(Ok(()))
+        )
+    }
+}
