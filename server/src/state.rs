@@ -11,7 +11,7 @@ use crate::lifecycle::{turned_true, Lifecycle};
 use crate::metrics::{HistoryFailure, Limit, Metrics, RingTotals};
 use crate::replica::ReplicaError;
 use crate::session_history::{Attach, Loaded, Local, Raised, Replicated, SessionHistory};
-use crate::streams::Streams;
+use crate::streams::{SharedStreams, Streams};
 use gapless::session::{SessionOptions, Transport};
 use gapless::{Config, ConfigError, Store, Writer};
 use std::collections::HashMap;
@@ -90,6 +90,9 @@ pub(crate) struct ServerState {
     /// The Durable Streams (`/v1/stream/...`), which share the sessions'
     /// limits and memory budget.
     pub(crate) streams: Arc<Streams>,
+    /// With `--redis`: the Durable Streams live in the shared history
+    /// (then `streams` stays empty).
+    pub(crate) shared_streams: std::sync::OnceLock<Arc<SharedStreams<RedisHistory>>>,
     /// The origin of every `last_active_ms`.
     started: Instant,
 }
@@ -582,6 +585,22 @@ impl AppState {
             // The group commit's flusher and its script calls run among the
             // server's tracked tasks: a shutdown waits for appends in
             // flight, and drops them at its hard stop.
+            let max_payload = state
+                .0
+                .config
+                .ring()
+                .geometry()
+                .map_or(0, |g| g.max_payload());
+            let _ = state.0.shared_streams.set(Arc::new(SharedStreams::new(
+                Arc::clone(&redis),
+                max_payload,
+                state
+                    .0
+                    .config
+                    .redis
+                    .as_ref()
+                    .map_or(std::time::Duration::from_secs(2), |r| r.timeout),
+            )));
             let tasks = state.0.lifecycle.tracked_tasks();
             redis.set_spawner(Arc::new(move |task| drop(tokio::spawn(tasks.track(task)))));
         }
@@ -617,6 +636,7 @@ impl AppState {
         });
         let shared = Arc::new(ServerState {
             streams,
+            shared_streams: std::sync::OnceLock::new(),
             config,
             sessions,
             limits,

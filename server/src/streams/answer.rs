@@ -2,10 +2,10 @@
 //! (browser security, CORS), and every refusal as JSON with its status and
 //! the protocol's headers.
 
+use super::numbering::ReadRefusal;
 use super::offset::Offset;
 use super::registry::CreateRefusal;
 use super::rules::AppendRefusal;
-use super::numbering::ReadRefusal;
 use axum::body::Body;
 use axum::http::{header, HeaderName, HeaderValue, Response, StatusCode};
 
@@ -20,6 +20,8 @@ pub(crate) const PRODUCER_SEQ: &str = "producer-seq";
 pub(crate) const PRODUCER_EXPECTED_SEQ: &str = "producer-expected-seq";
 pub(crate) const PRODUCER_RECEIVED_SEQ: &str = "producer-received-seq";
 pub(crate) const SSE_DATA_ENCODING: &str = "stream-sse-data-encoding";
+/// With `--publish-keys`: the new stream's publish key, on its `201`.
+pub(crate) const PUBLISH_KEY: &str = "stream-publish-key";
 
 /// A response of `status` with the headers every answer of the protocol
 /// carries: `X-Content-Type-Options: nosniff`,
@@ -284,6 +286,7 @@ pub(crate) fn create_refused(refused: &CreateRefusal) -> Response<Body> {
             &format!("{len} bytes; a stream's ring holds messages of at most {max}"),
             &[],
         ),
+        CreateRefusal::Unavailable => unavailable(),
         CreateRefusal::Internal(what) => {
             tracing::error!(%what, "creating a stream");
             refusal(

@@ -70,8 +70,11 @@ pub(crate) struct Started {
 /// Why a feed stopped.
 #[derive(Debug)]
 pub(crate) enum FeedEnd {
-    /// The stream is gone (deleted, expired) or soft-deleted.
+    /// The stream is gone (deleted, expired), or soft-deleted under a
+    /// live reader.
     Gone,
+    /// The stream was deleted while forks of it live (`410`).
+    SoftDeleted,
     /// Retention overtook the reader, or the offset is not a position.
     Refused(ReadRefusal),
     /// The shared history did not answer.

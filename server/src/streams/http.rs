@@ -3,21 +3,23 @@
 //! answers the metadata, `DELETE` deletes, `OPTIONS` answers preflights.
 
 use super::answer::{
-    self, finish, response, CLOSED, CURSOR, EXPIRES_AT, NEXT_OFFSET, PRODUCER_EPOCH, PRODUCER_SEQ,
-    TTL, UP_TO_DATE,
+    self, finish, response, CLOSED, EXPIRES_AT, NEXT_OFFSET, PRODUCER_EPOCH, PRODUCER_SEQ,
+    PUBLISH_KEY, TTL,
 };
-use super::cursor::response_cursor;
 use super::feed::LocalFeed;
 use super::live;
 use super::offset::{Offset, Start};
 use super::registry::{CreateRefusal, CreateRequest, Created};
-use super::rules::{AppendRequest, Appended};
-use super::stream::{Settings, Stream};
+use super::rules::{AppendRefusal, AppendRequest, Appended};
+use super::shared::{SharedCreated, View};
+use super::stream::{media_type, Settings};
 use crate::extract::Client;
+use crate::ids::PublishKey;
 use crate::state::{AppState, ServerState};
 use axum::body::Body;
 use axum::extract::{FromRequestParts, Path, Request, State};
 use axum::http::{header, HeaderMap, Method, Response, StatusCode};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Every method on `/v1/stream/{*path}`.
@@ -32,8 +34,8 @@ pub(crate) async fn stream_route(
         Method::PUT => create(&state, path, request).await,
         Method::POST => append(&state, &path, request).await,
         Method::GET => read(&state, &path, request).await,
-        Method::HEAD => head(&state, &path),
-        Method::DELETE => delete(&state, &path, request.headers()),
+        Method::HEAD => head(&state, &path).await,
+        Method::DELETE => delete(&state, &path, request.headers()).await,
         _ => answer::refusal(
             StatusCode::METHOD_NOT_ALLOWED,
             "method_not_allowed",
@@ -105,7 +107,10 @@ async fn body(state: &AppState, request: Request) -> Result<bytes::Bytes, Respon
     match tokio::time::timeout(config.body_read_timeout, read).await {
         Ok(result) => result,
         Err(_) => {
-            state.0.metrics.tripped(crate::metrics::Limit::BodyReadTimeout);
+            state
+                .0
+                .metrics
+                .tripped(crate::metrics::Limit::BodyReadTimeout);
             Err(axum::response::IntoResponse::into_response(
                 crate::error::ApiError::BodyReadTimeout,
             ))
@@ -113,17 +118,43 @@ async fn body(state: &AppState, request: Request) -> Result<bytes::Bytes, Respon
     }
 }
 
-/// Checks `Authorization: Bearer <publish key>` with `--publish-keys`.
-fn authorized(state: &ServerState, stream: &Stream, headers: &HeaderMap) -> bool {
-    let Some(expected) = &stream.publish_key else {
+/// Checks `Authorization: Bearer <publish key>` against a stream's key
+/// (`None`: created without `--publish-keys`, open to writes unless the
+/// server now requires keys).
+fn authorized(state: &ServerState, expected: Option<&PublishKey>, headers: &HeaderMap) -> bool {
+    let Some(expected) = expected else {
         return !state.config.publish_keys;
     };
     let presented = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .and_then(|key| key.trim().parse::<crate::ids::PublishKey>().ok());
+        .and_then(|key| key.trim().parse::<PublishKey>().ok());
     presented.is_some_and(|key| crate::ids::same_key(&key, expected))
+}
+
+/// Whether an append of `content_type` (`None` for none) may go to a
+/// stream of `stream_type`.
+fn content_type_matches(
+    body_empty: bool,
+    content_type: Option<&str>,
+    stream_type: &str,
+) -> Result<(), Response<Body>> {
+    if body_empty {
+        return Ok(());
+    }
+    let Some(content_type) = content_type else {
+        return Err(answer::bad_request("an append needs a Content-Type"));
+    };
+    if media_type(content_type) != media_type(stream_type) {
+        return Err(answer::refusal(
+            StatusCode::CONFLICT,
+            "content_type_mismatch",
+            "the append's Content-Type is not the stream's",
+            &[],
+        ));
+    }
+    Ok(())
 }
 
 async fn create(state: &Arc<ServerState>, path: String, request: Request) -> Response<Body> {
@@ -144,6 +175,36 @@ async fn create(state: &Arc<ServerState>, path: String, request: Request) -> Res
         Ok(body) => body,
         Err(refused) => return refused,
     };
+    if let Some(shared) = state.shared_streams.get() {
+        let key = match state.config.publish_keys {
+            true => match PublishKey::random() {
+                Ok(key) => Some(key),
+                Err(error) => {
+                    return answer::create_refused(&CreateRefusal::Internal(error.to_string()))
+                }
+            },
+            false => None,
+        };
+        return match shared.create(&path, settings, closed, &body, key).await {
+            Ok(SharedCreated::New(view)) => created_response(
+                StatusCode::CREATED,
+                &view.settings.content_type,
+                view.tail(),
+                view.closed(),
+                Some(&location(&headers, &uri_path)),
+                view.publish_key().as_ref(),
+            ),
+            Ok(SharedCreated::Existing(view)) => created_response(
+                StatusCode::OK,
+                &view.settings.content_type,
+                view.tail(),
+                view.closed(),
+                None,
+                None,
+            ),
+            Err(refused) => answer::create_refused(&refused),
+        };
+    }
     let created = state.streams.create(CreateRequest {
         path: path.clone(),
         settings,
@@ -168,16 +229,37 @@ async fn create(state: &Arc<ServerState>, path: String, request: Request) -> Res
             return answer::create_refused(&refused);
         }
     };
+    let new = status == StatusCode::CREATED;
+    created_response(
+        status,
+        &stream.settings.content_type,
+        stream.tail_offset(),
+        stream.is_closed(),
+        new.then(|| location(&headers, &uri_path)).as_deref(),
+        stream.publish_key.as_ref().filter(|_| new),
+    )
+}
+
+/// The answer to a create: `201` with the new stream's `Location` (and
+/// its publish key), or `200` for the same stream found.
+fn created_response(
+    status: StatusCode,
+    content_type: &str,
+    tail: Offset,
+    closed: bool,
+    location: Option<&str>,
+    publish_key: Option<&PublishKey>,
+) -> Response<Body> {
     let mut builder = response(status)
-        .header(header::CONTENT_TYPE, stream.settings.content_type.as_str())
-        .header(NEXT_OFFSET, stream.tail_offset().to_string());
-    if status == StatusCode::CREATED {
-        builder = builder.header(header::LOCATION, location(&headers, &uri_path));
-        if let Some(key) = &stream.publish_key {
-            builder = builder.header("publish-key", key.to_string());
-        }
+        .header(header::CONTENT_TYPE, content_type)
+        .header(NEXT_OFFSET, tail.to_string());
+    if let Some(location) = location {
+        builder = builder.header(header::LOCATION, location);
     }
-    if stream.is_closed() {
+    if let Some(key) = publish_key {
+        builder = builder.header(PUBLISH_KEY, key.to_string());
+    }
+    if closed {
         builder = builder.header(CLOSED, "true");
     }
     finish(builder, Body::empty())
@@ -275,19 +357,7 @@ fn fork_source(value: &str) -> String {
 }
 
 async fn append(state: &Arc<ServerState>, path: &str, request: Request) -> Response<Body> {
-    let Some(stream) = state.streams.get(path) else {
-        return answer::not_found();
-    };
-    if stream
-        .soft_deleted
-        .load(std::sync::atomic::Ordering::Acquire)
-    {
-        return answer::soft_deleted();
-    }
     let headers = request.headers().clone();
-    if !authorized(state, &stream, &headers) {
-        return answer::unauthorized();
-    }
     let close = matches!(text(&headers, CLOSED), Ok(Some(v)) if v.eq_ignore_ascii_case("true"));
     let producer = match producer(&headers) {
         Ok(producer) => producer,
@@ -301,6 +371,21 @@ async fn append(state: &Arc<ServerState>, path: &str, request: Request) -> Respo
         Ok(value) => value.map(str::to_owned),
         Err(refused) => return refused,
     };
+    let local = match state.shared_streams.get() {
+        Some(_) => None,
+        None => {
+            let Some(stream) = state.streams.get(path) else {
+                return answer::not_found();
+            };
+            if stream.soft_deleted.load(Ordering::Acquire) {
+                return answer::soft_deleted();
+            }
+            if !authorized(state, stream.publish_key.as_ref(), &headers) {
+                return answer::unauthorized();
+            }
+            Some(stream)
+        }
+    };
     let body = match body(&AppState(Arc::clone(state)), request).await {
         Ok(body) => body,
         Err(refused) => return refused,
@@ -308,40 +393,80 @@ async fn append(state: &Arc<ServerState>, path: &str, request: Request) -> Respo
     if body.is_empty() && !close {
         return answer::bad_request("an append needs a body (or Stream-Closed: true)");
     }
-    if !body.is_empty() {
-        let Some(content_type) = content_type else {
-            return answer::bad_request("an append needs a Content-Type");
-        };
-        if super::stream::media_type(&content_type)
-            != super::stream::media_type(&stream.settings.content_type)
-        {
-            return answer::refusal(
-                StatusCode::CONFLICT,
-                "content_type_mismatch",
-                "the append's Content-Type is not the stream's",
-                &[],
-            );
+    let request = AppendRequest {
+        stream_seq: stream_seq.as_deref(),
+        producer: producer.as_ref().map(|(id, e, s)| (id.as_str(), *e, *s)),
+        close,
+    };
+    let appended = match (local, state.shared_streams.get()) {
+        (Some(stream), _) => {
+            if let Err(refused) = content_type_matches(
+                body.is_empty(),
+                content_type.as_deref(),
+                &stream.settings.content_type,
+            ) {
+                return refused;
+            }
+            let appended = stream.append(&body, &request, state.streams.budget());
+            state.streams.touch(&stream);
+            appended
         }
-    }
-    let producer_ref = producer.as_ref().map(|(id, e, s)| (id.as_str(), *e, *s));
-    let appended = stream.append(
-        &body,
-        &AppendRequest {
-            stream_seq: stream_seq.as_deref(),
-            producer: producer_ref,
-            close,
-        },
-        state.streams.budget(),
-    );
-    state.streams.touch(&stream);
+        (None, Some(shared)) => {
+            // The checks that need the stream run on the meta the append
+            // decides on; their answers are kept here.
+            let early = std::sync::Mutex::new(None);
+            let check = |view: &View| {
+                let refused = if view.soft_deleted() {
+                    Some(answer::soft_deleted())
+                } else if !authorized(state, view.publish_key().as_ref(), &headers) {
+                    Some(answer::unauthorized())
+                } else {
+                    content_type_matches(
+                        body.is_empty(),
+                        content_type.as_deref(),
+                        &view.settings.content_type,
+                    )
+                    .err()
+                };
+                match refused {
+                    Some(response) => {
+                        *early
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(response);
+                        Err(AppendRefusal::Gone)
+                    }
+                    None => Ok(()),
+                }
+            };
+            let appended = shared.append(path, &body, &request, check).await;
+            if let Some(response) = early
+                .into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+            {
+                return response;
+            }
+            appended
+        }
+        (None, None) => return answer::not_found(),
+    };
+    appended_response(appended, producer.as_ref(), body.is_empty(), state)
+}
+
+/// The answer to an append.
+fn appended_response(
+    appended: Result<Appended, AppendRefusal>,
+    producer: Option<&(String, u64, u64)>,
+    body_empty: bool,
+    state: &ServerState,
+) -> Response<Body> {
     match appended {
         Ok(Appended::Done { tail, closed }) => {
             let status = match producer {
-                Some(_) if !body.is_empty() => StatusCode::OK,
+                Some(_) if !body_empty => StatusCode::OK,
                 _ => StatusCode::NO_CONTENT,
             };
             let mut builder = response(status).header(NEXT_OFFSET, tail.to_string());
-            if let Some((_, epoch, seq)) = &producer {
+            if let Some((_, epoch, seq)) = producer {
                 builder = builder
                     .header(PRODUCER_EPOCH, epoch.to_string())
                     .header(PRODUCER_SEQ, seq.to_string());
@@ -351,10 +476,14 @@ async fn append(state: &Arc<ServerState>, path: &str, request: Request) -> Respo
             }
             finish(builder, Body::empty())
         }
-        Ok(Appended::Duplicate { last_seq, closed }) => {
-            let mut builder = response(StatusCode::NO_CONTENT)
-                .header(NEXT_OFFSET, stream.tail_offset().to_string());
-            if let Some((_, epoch, _)) = &producer {
+        Ok(Appended::Duplicate {
+            last_seq,
+            closed,
+            tail,
+        }) => {
+            let mut builder =
+                response(StatusCode::NO_CONTENT).header(NEXT_OFFSET, tail.to_string());
+            if let Some((_, epoch, _)) = producer {
                 builder = builder
                     .header(PRODUCER_EPOCH, epoch.to_string())
                     .header(PRODUCER_SEQ, last_seq.to_string());
@@ -365,7 +494,7 @@ async fn append(state: &Arc<ServerState>, path: &str, request: Request) -> Respo
             finish(builder, Body::empty())
         }
         Err(refused) => {
-            if matches!(refused, super::rules::AppendRefusal::MemoryBudget) {
+            if matches!(refused, AppendRefusal::MemoryBudget) {
                 state.metrics.tripped(crate::metrics::Limit::MemoryBudget);
             }
             answer::append_refused(&refused)
@@ -407,46 +536,79 @@ fn producer(headers: &HeaderMap) -> Result<Option<(String, u64, u64)>, Response<
     }
 }
 
-fn head(state: &Arc<ServerState>, path: &str) -> Response<Body> {
+async fn head(state: &Arc<ServerState>, path: &str) -> Response<Body> {
+    if let Some(shared) = state.shared_streams.get() {
+        return match shared.look(path).await {
+            Ok(Some(view)) if view.soft_deleted() => answer::soft_deleted(),
+            Ok(Some(view)) => head_response(&view.settings, view.tail(), view.closed()),
+            Ok(None) => answer::not_found(),
+            Err(error) => {
+                tracing::warn!(%error, "shared history (durable streams HEAD)");
+                answer::unavailable()
+            }
+        };
+    }
     let Some(stream) = state.streams.get(path) else {
         return answer::not_found();
     };
-    if stream
-        .soft_deleted
-        .load(std::sync::atomic::Ordering::Acquire)
-    {
+    if stream.soft_deleted.load(Ordering::Acquire) {
         return answer::soft_deleted();
     }
-    let tail = stream.tail_offset();
-    let closed = stream.is_closed();
+    head_response(&stream.settings, stream.tail_offset(), stream.is_closed())
+}
+
+/// The metadata of a stream with `settings`, at `tail`.
+fn head_response(settings: &Settings, tail: Offset, closed: bool) -> Response<Body> {
     let mut builder = response(StatusCode::OK)
-        .header(header::CONTENT_TYPE, stream.settings.content_type.as_str())
+        .header(header::CONTENT_TYPE, settings.content_type.as_str())
         .header(NEXT_OFFSET, tail.to_string())
         .header(header::CACHE_CONTROL, "no-store")
         .header(header::ETAG, etag("-1", tail, closed));
     if closed {
         builder = builder.header(CLOSED, "true");
     }
-    if let Some(ttl) = stream.settings.ttl_secs {
+    if let Some(ttl) = settings.ttl_secs {
         builder = builder.header(TTL, ttl.to_string());
     }
-    if let Some((expires, _)) = &stream.settings.expires_at {
+    if let Some((expires, _)) = &settings.expires_at {
         builder = builder.header(EXPIRES_AT, expires.as_str());
     }
     finish(builder, Body::empty())
 }
 
-fn delete(state: &Arc<ServerState>, path: &str, headers: &HeaderMap) -> Response<Body> {
+async fn delete(state: &Arc<ServerState>, path: &str, headers: &HeaderMap) -> Response<Body> {
+    if let Some(shared) = state.shared_streams.get() {
+        let refused = std::sync::Mutex::new(false);
+        let check = |view: &View| match authorized(state, view.publish_key().as_ref(), headers) {
+            true => Ok(()),
+            false => {
+                *refused
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
+                Err(AppendRefusal::Gone)
+            }
+        };
+        let deleted = shared.delete(path, check).await;
+        if refused
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        {
+            return answer::unauthorized();
+        }
+        return match deleted {
+            Ok(Some(true)) => finish(response(StatusCode::NO_CONTENT), Body::empty()),
+            Ok(Some(false)) => answer::soft_deleted(),
+            Ok(None) => answer::not_found(),
+            Err(refused) => answer::append_refused(&refused),
+        };
+    }
     let Some(stream) = state.streams.get(path) else {
         return answer::not_found();
     };
-    if stream
-        .soft_deleted
-        .load(std::sync::atomic::Ordering::Acquire)
-    {
+    if stream.soft_deleted.load(Ordering::Acquire) {
         return answer::soft_deleted();
     }
-    if !authorized(state, &stream, headers) {
+    if !authorized(state, stream.publish_key.as_ref(), headers) {
         return answer::unauthorized();
     }
     match state.streams.delete(path) {
@@ -562,13 +724,13 @@ async fn read(state: &Arc<ServerState>, path: &str, request: Request) -> Respons
         Ok(query) => query,
         Err(refused) => return refused,
     };
+    if let Some(shared) = state.shared_streams.get() {
+        return live::read(state, shared.feed(path), query, request.headers()).await;
+    }
     let Some(stream) = state.streams.get(path) else {
         return answer::not_found();
     };
-    if stream
-        .soft_deleted
-        .load(std::sync::atomic::Ordering::Acquire)
-    {
+    if stream.soft_deleted.load(Ordering::Acquire) {
         return answer::soft_deleted();
     }
     state.streams.touch(&stream);

@@ -26,6 +26,7 @@ use tokio::time::Instant;
 pub(crate) fn ended(end: &FeedEnd) -> Response<Body> {
     match end {
         FeedEnd::Gone => answer::not_found(),
+        FeedEnd::SoftDeleted => answer::soft_deleted(),
         FeedEnd::Refused(refused) => answer::read_refused(refused),
         FeedEnd::Unavailable => answer::unavailable(),
     }
@@ -301,7 +302,10 @@ fn data_event(out: &mut Vec<u8>, payload: &[u8], binary: bool, json: bool) {
         json_mode::array(&mut array, [payload]);
         array.into()
     } else {
-        String::from_utf8_lossy(payload).into_owned().into_bytes().into()
+        String::from_utf8_lossy(payload)
+            .into_owned()
+            .into_bytes()
+            .into()
     };
     // Cannot fail: the text is UTF-8 and the event type is fixed.
     let _ = gapless::sse::encode_unnumbered_tight(out, "data", &text);

@@ -12,6 +12,7 @@
 //! | `cursor` | `Stream-Cursor` for live reads |
 //! | `rules` | what decides an append: closure, `Stream-Seq`, idempotent producers |
 //! | `stream` | one stream: settings, ring, producers, closure |
+//! | `shared` | streams in the shared history (`--redis`): any instance serves any stream |
 //! | `registry` | every stream: create, forks, delete, expiry, limits |
 //! | `answer` | response headers and every refusal |
 //! | `feed` | what a read pages through and waits on: a local ring or the shared history |
@@ -28,7 +29,9 @@ mod numbering;
 mod offset;
 mod registry;
 mod rules;
+mod shared;
 mod stream;
 
 pub(crate) use http::stream_route;
 pub(crate) use registry::Streams;
+pub(crate) use shared::SharedStreams;

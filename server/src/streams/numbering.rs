@@ -54,11 +54,6 @@ impl Numbering {
         self.start_after
     }
 
-    /// The stream's own generation.
-    pub(crate) fn own_generation(&self) -> u64 {
-        self.own_generation
-    }
-
     /// The offset after message `seq` (`seq` 0: before the first).
     pub(crate) fn offset_of(&self, seq: u64) -> Offset {
         for &(generation, last) in &self.lineage {
@@ -138,7 +133,12 @@ impl Numbering {
 
     /// The `410` of a read from `offset` (after `cursor`, when it is a
     /// position) when the oldest retained message is `first_retained`.
-    pub(crate) fn gap(&self, offset: Offset, first_retained: u64, cursor: Option<u64>) -> ReadRefusal {
+    pub(crate) fn gap(
+        &self,
+        offset: Offset,
+        first_retained: u64,
+        cursor: Option<u64>,
+    ) -> ReadRefusal {
         let earliest_seq = first_retained.saturating_sub(1).max(self.start_after);
         let evicted = earliest_seq.saturating_sub(cursor.unwrap_or(self.start_after));
         ReadRefusal::Gap {
@@ -198,10 +198,46 @@ mod tests {
         let mut sorted = offsets.clone();
         sorted.sort();
         assert_eq!(offsets, sorted);
-        assert_eq!(fork.seq_of(Offset { generation: 5, seq: 2 }, 5), Some(2));
-        assert_eq!(fork.seq_of(Offset { generation: 5, seq: 4 }, 5), None);
-        assert_eq!(fork.seq_of(Offset { generation: 9, seq: 4 }, 5), Some(4));
-        assert_eq!(fork.seq_of(Offset { generation: 9, seq: 6 }, 5), None);
+        assert_eq!(
+            fork.seq_of(
+                Offset {
+                    generation: 5,
+                    seq: 2
+                },
+                5
+            ),
+            Some(2)
+        );
+        assert_eq!(
+            fork.seq_of(
+                Offset {
+                    generation: 5,
+                    seq: 4
+                },
+                5
+            ),
+            None
+        );
+        assert_eq!(
+            fork.seq_of(
+                Offset {
+                    generation: 9,
+                    seq: 4
+                },
+                5
+            ),
+            Some(4)
+        );
+        assert_eq!(
+            fork.seq_of(
+                Offset {
+                    generation: 9,
+                    seq: 6
+                },
+                5
+            ),
+            None
+        );
         assert_eq!(fork.fork_lineage(4), vec![(5, 3), (9, 4)]);
         assert_eq!(
             Numbering::parse_lineage(&fork.encode_lineage()),
@@ -216,27 +252,70 @@ mod tests {
         assert_eq!(
             stream.cursor_of(Start::Beginning, 11, 20),
             Err(ReadRefusal::Gap {
-                offset: Offset { generation: 7, seq: 0 },
-                earliest: Offset { generation: 7, seq: 10 },
+                offset: Offset {
+                    generation: 7,
+                    seq: 0
+                },
+                earliest: Offset {
+                    generation: 7,
+                    seq: 10
+                },
                 evicted: 10,
             })
         );
         assert_eq!(
-            stream.cursor_of(Start::At(Offset { generation: 7, seq: 4 }), 11, 20),
+            stream.cursor_of(
+                Start::At(Offset {
+                    generation: 7,
+                    seq: 4
+                }),
+                11,
+                20
+            ),
             Err(ReadRefusal::Gap {
-                offset: Offset { generation: 7, seq: 4 },
-                earliest: Offset { generation: 7, seq: 10 },
+                offset: Offset {
+                    generation: 7,
+                    seq: 4
+                },
+                earliest: Offset {
+                    generation: 7,
+                    seq: 10
+                },
                 evicted: 6,
             })
         );
-        assert_eq!(stream.cursor_of(Start::At(Offset { generation: 7, seq: 10 }), 11, 20), Ok(10));
+        assert_eq!(
+            stream.cursor_of(
+                Start::At(Offset {
+                    generation: 7,
+                    seq: 10
+                }),
+                11,
+                20
+            ),
+            Ok(10)
+        );
         // An older generation's offset: gone, never a position here.
         assert!(matches!(
-            stream.cursor_of(Start::At(Offset { generation: 6, seq: 15 }), 11, 20),
+            stream.cursor_of(
+                Start::At(Offset {
+                    generation: 6,
+                    seq: 15
+                }),
+                11,
+                20
+            ),
             Err(ReadRefusal::Gap { .. })
         ));
         assert_eq!(
-            stream.cursor_of(Start::At(Offset { generation: 8, seq: 15 }), 11, 20),
+            stream.cursor_of(
+                Start::At(Offset {
+                    generation: 8,
+                    seq: 15
+                }),
+                11,
+                20
+            ),
             Err(ReadRefusal::NotAPosition)
         );
     }

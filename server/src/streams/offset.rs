@@ -10,10 +10,11 @@
 //! stream does not have is never taken as a position in it.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
 
-/// The largest value one part of an offset holds: 16 decimal digits.
 #[cfg(test)]
-pub(crate) const PART_MAX: u64 = 9_999_999_999_999_999;
+pub(crate) const PART_MAX: u64 = PART_LIMIT;
 
 /// A position in a stream: after message `seq` of generation `generation`
 /// (`seq` 0: before the first).
@@ -56,6 +57,35 @@ impl fmt::Display for Offset {
         write!(f, "{:016}_{:016}", self.generation, self.seq)
     }
 }
+
+/// Hands out generations: microseconds since the Unix epoch (16 decimal
+/// digits until the year 2286), strictly increasing within the process.
+/// Instances with clocks in step hand out increasing ones too, so a stream
+/// created (or continued under a new epoch) later sorts after.
+#[derive(Debug, Default)]
+pub(crate) struct Generations {
+    last: AtomicU64,
+}
+
+impl Generations {
+    /// A generation larger than every one this value handed out.
+    pub(crate) fn next(&self) -> u64 {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(1, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+            .clamp(1, PART_LIMIT);
+        let previous = self
+            .last
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |last| {
+                Some(now.max(last + 1))
+            })
+            .unwrap_or(0);
+        now.max(previous + 1)
+    }
+}
+
+/// The largest value one part of an offset holds: 16 decimal digits.
+const PART_LIMIT: u64 = 9_999_999_999_999_999;
 
 /// Where a read starts, from its `offset` query parameter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -4,11 +4,12 @@
 //! server's limits.
 
 use super::numbering::ReadRefusal;
+use super::offset::Generations;
 use super::stream::{media_type, ForkPoint, MakeError, NewStream, Settings, Stream};
 use crate::admission::{Bounded, Held, PerClient};
 use crate::client_addr::ClientKey;
 use gapless::{Config, Store};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -62,6 +63,8 @@ pub(crate) enum CreateRefusal {
         len: usize,
         max: usize,
     },
+    /// The shared history did not answer (`503`).
+    Unavailable,
     /// The ring cannot be built.
     Internal(String),
 }
@@ -71,8 +74,8 @@ pub(crate) struct Streams {
     streams: Store<String, Stream>,
     /// Serialises creations and deletions (forks change two streams).
     structure: Mutex<()>,
-    /// The next generation: larger than every one handed out.
-    next_generation: AtomicU64,
+    /// Generations for new streams: each larger than every earlier one.
+    generations: Generations,
     /// The configured ring of every stream.
     ring: Config,
     /// Streams idle this long are dropped.
@@ -96,7 +99,7 @@ impl Streams {
         Self {
             streams: Store::new(16),
             structure: Mutex::new(()),
-            next_generation: AtomicU64::new(1),
+            generations: Generations::default(),
             ring,
             idle,
             origin: Instant::now(),
@@ -233,7 +236,7 @@ impl Streams {
             false => None,
         };
         let admission = self.admit(request.client)?;
-        let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
+        let generation = self.generations.next();
         let (lineage, start_after, ring_start, inherited) = match fork {
             Some(point) => (
                 point.lineage,

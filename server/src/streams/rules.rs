@@ -47,8 +47,13 @@ pub(crate) struct AppendRequest<'a> {
 pub(crate) enum Appended {
     /// Stored (or, for a close without a body, closed): the new tail.
     Done { tail: Offset, closed: bool },
-    /// A producer's retry of an append already stored: nothing stored.
-    Duplicate { last_seq: u64, closed: bool },
+    /// A producer's retry of an append already stored: nothing stored;
+    /// the stream's tail.
+    Duplicate {
+        last_seq: u64,
+        closed: bool,
+        tail: Offset,
+    },
 }
 
 /// Why an append stored nothing.
@@ -112,6 +117,7 @@ pub(crate) fn decide(
                 return Ok(Decision::Answer(Appended::Duplicate {
                     last_seq: asked.2,
                     closed: true,
+                    tail,
                 }));
             }
         }
@@ -126,6 +132,7 @@ pub(crate) fn decide(
             return Ok(Decision::Answer(Appended::Duplicate {
                 last_seq,
                 closed: false,
+                tail,
             }));
         }
     }
@@ -217,7 +224,8 @@ mod tests {
             producing(at(0, 3), 0, 3),
             Ok(Decision::Answer(Appended::Duplicate {
                 last_seq: 3,
-                closed: false
+                closed: false,
+                tail: TAIL
             }))
         );
         assert_eq!(
@@ -236,7 +244,16 @@ mod tests {
             producing(at(2, 3), 3, 1),
             Err(AppendRefusal::EpochMustStartAtZero)
         );
-        assert_eq!(Producer::parse(&Producer { epoch: 5, last_seq: 9 }.encode()), at(5, 9));
+        assert_eq!(
+            Producer::parse(
+                &Producer {
+                    epoch: 5,
+                    last_seq: 9
+                }
+                .encode()
+            ),
+            at(5, 9)
+        );
     }
 
     #[test]
@@ -255,7 +272,8 @@ mod tests {
             decide(&closed, &retry, false, TAIL),
             Ok(Decision::Answer(Appended::Duplicate {
                 last_seq: 7,
-                closed: true
+                closed: true,
+                tail: TAIL
             }))
         );
         let close_again = AppendRequest {

@@ -10,7 +10,9 @@
 use super::json_mode;
 use super::numbering::{Numbering, ReadRefusal};
 use super::offset::{Offset, Start};
-use super::rules::{decide, AppendRefusal, AppendRequest, Appended, Decision, Producer, WriterState};
+use super::rules::{
+    decide, AppendRefusal, AppendRequest, Appended, Decision, Producer, WriterState,
+};
 use crate::admission::{Bounded, Held};
 use gapless::{Config, EmitError, ReplayError, Ring, SingleWriter, Writer};
 use std::collections::HashMap;
@@ -598,7 +600,11 @@ mod tests {
         let mut ring = stream.ring();
         for n in 0..1000u32 {
             stream
-                .append(format!("{n:08}").as_bytes(), &AppendRequest::default(), &budget)
+                .append(
+                    format!("{n:08}").as_bytes(),
+                    &AppendRequest::default(),
+                    &budget,
+                )
                 .expect("append");
             let now = stream.ring();
             if !Arc::ptr_eq(&now, &ring) {
