@@ -70,6 +70,9 @@ step "the official Durable Streams conformance suite (pinned, conformance/)"
 # The server's long-poll wait is 2 s: the suite's long-poll tests wait for
 # it, and the suite is told so.
 DS_LONG_POLL_TIMEOUT_MS=3000 scripts/conformance.sh --build -- --long-poll-timeout 2
+# The same suite with the streams in a throwaway redis-server (--redis).
+DS_LONG_POLL_TIMEOUT_MS=3000 scripts/with-redis.sh scripts/conformance.sh -- \
+    --long-poll-timeout 2 --redis {redis}
 
 step "benchmarks in test mode"
 cargo bench --workspace -- --test
