@@ -50,9 +50,14 @@ pub enum ClientError {
         /// The `Retry-After` header, in seconds, if any.
         retry_after: Option<u64>,
     },
-    /// `403 publish_key_required`: the server separates publishing from
-    /// reading, and the request did not carry the session's publish key.
-    PublishKeyRequired,
+    /// `401 {"error": "unauthorized"}` (with `WWW-Authenticate: Bearer`):
+    /// the server separates publishing from reading, and the request did
+    /// not carry the session's publish key as `Authorization: Bearer
+    /// <key>`, or carried another ([`crate::Client::set_publish_key`]).
+    Unauthorized {
+        /// The `detail` field.
+        detail: String,
+    },
     /// Any other status, or an error answer whose body does not follow the
     /// protocol.
     UnexpectedStatus {
@@ -136,7 +141,7 @@ impl ClientError {
                 code: "body_read_timeout".into(),
                 retry_after: None,
             },
-            (403, Ok(Failure::PublishKeyRequired)) => Self::PublishKeyRequired,
+            (401, Ok(Failure::Unauthorized { detail })) => Self::Unauthorized { detail },
             (503, Ok(Failure::HistoryUnavailable)) => Self::Unavailable {
                 code: "history_unavailable".into(),
                 retry_after: None,
@@ -175,7 +180,7 @@ impl fmt::Display for ClientError {
                 Some(seconds) => write!(f, "{status} {code}, retry after {seconds} s"),
                 None => write!(f, "{status} {code}"),
             },
-            Self::PublishKeyRequired => f.write_str("403 publish_key_required"),
+            Self::Unauthorized { detail } => write!(f, "401 unauthorized: {detail}"),
             Self::Unavailable { code, retry_after } => match retry_after {
                 Some(seconds) => write!(f, "503 {code}, retry after {seconds} s"),
                 None => write!(f, "503 {code}"),
@@ -282,6 +287,16 @@ mod tests {
         assert!(matches!(
             ClientError::from_parts(413, br#"{"error":"payload_too_large","len":9,"max":8}"#),
             ClientError::PayloadTooLarge
+        ));
+        assert!(matches!(
+            ClientError::from_parts(401, br#"{"error":"unauthorized","detail":"x"}"#),
+            ClientError::Unauthorized { detail } if detail == "x"
+        ));
+        // An application's own gate in front of the server may send the
+        // code alone.
+        assert!(matches!(
+            ClientError::from_parts(401, br#"{"error":"unauthorized"}"#),
+            ClientError::Unauthorized { .. }
         ));
         assert!(matches!(
             ClientError::from_parts(404, b"not found"),

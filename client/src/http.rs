@@ -5,13 +5,12 @@ use crate::response::Response;
 use crate::sse::SseStream;
 use crate::timeout::{CONNECT_TIMEOUT, DEFAULT_TIMEOUT};
 use crate::wire::{
-    is_session_id, Created, CreatedAnswer, CursorBody, Emitted, StateView, UpgradeGrant,
-    PUBLISH_KEY_HEADER,
+    bearer, is_session_id, Created, CreatedAnswer, CursorBody, Emitted, StateView, UpgradeGrant,
 };
 use crate::ws::WsStream;
 use bytes::Bytes;
 use gapless::EventId;
-use http::header::{ACCEPT, CONTENT_TYPE};
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use http::{HeaderName, HeaderValue, Method, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -287,10 +286,11 @@ impl Client {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// `request` with `session`'s publish key, when this client knows one.
+    /// `request` with `session`'s publish key as `Authorization: Bearer
+    /// <key>`, when this client knows one.
     fn with_publish_key(&self, request: Request, session: &str) -> Request {
-        match self.keys().get(session).cloned() {
-            Some(key) => request.header(PUBLISH_KEY_HEADER, key),
+        match self.keys().get(session).map(|key| bearer(key)) {
+            Some(credentials) => request.header(AUTHORIZATION, credentials),
             None => request,
         }
     }

@@ -284,9 +284,15 @@ pub enum Failure {
     /// `408`: the request body did not arrive in time (the connection is
     /// closed).
     BodyReadTimeout,
-    /// `403`: the server requires the session's publish key to emit or
-    /// delete, and the request did not carry it.
-    PublishKeyRequired,
+    /// `401` with `WWW-Authenticate: Bearer`: the server requires the
+    /// session's publish key to emit or delete, as `Authorization: Bearer
+    /// <key>`, and the request did not carry it (or carried another).
+    Unauthorized {
+        /// What the server wants, for a human (absent from a body that
+        /// carries only the code).
+        #[serde(default)]
+        detail: String,
+    },
     /// `503`: the shared history (several instances over Redis) did not
     /// answer; nothing was acknowledged.
     HistoryUnavailable,

@@ -23,9 +23,9 @@ pub struct Created {
 }
 
 /// `POST /session`'s body as sent: [`Created`], and with a server run with
-/// `--publish-keys` the session's write capability, to send in
-/// [`PUBLISH_KEY_HEADER`] with every emit and `DELETE` (the session ID
-/// alone then only reads).
+/// `--publish-keys` the session's write capability, to send as
+/// `Authorization: Bearer <key>` ([`bearer`]) with every emit and `DELETE`
+/// (the session ID alone then only reads).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CreatedAnswer {
     /// The session and its epoch.
@@ -37,9 +37,23 @@ pub struct CreatedAnswer {
     pub publish_key: Option<String>,
 }
 
-/// The request header that carries a session's publish key (see
-/// [`CreatedAnswer::publish_key`]).
-pub const PUBLISH_KEY_HEADER: &str = "gapless-publish-key";
+/// The `Authorization` value that presents a session's publish key (see
+/// [`CreatedAnswer::publish_key`]): `Bearer <key>`, the standard scheme
+/// (RFC 6750) that the Durable Streams routes use too, and the header
+/// proxies and log layers already treat as a secret.
+pub fn bearer(key: &str) -> String {
+    format!("Bearer {key}")
+}
+
+/// The token of an `Authorization` value in the `Bearer` scheme, what the
+/// server reads as the publish key: the scheme's name in any case (RFC
+/// 9110, 11.1), then spaces and a non-empty token, trimmed. `None` for
+/// another scheme or no token.
+pub fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
 
 impl Created {
     /// The "processed nothing" cursor of this session: `<epoch>-0`.
@@ -269,6 +283,23 @@ mod tests {
         )
         .is_err());
         assert!(serde_json::from_str::<Emitted>(r#"{"id":"1-2"}"#).is_err());
+    }
+
+    #[test]
+    fn the_publish_key_travels_as_a_bearer_token() {
+        let key = "00112233445566778899aabbccddeeff";
+        assert_eq!(bearer(key), format!("Bearer {key}"));
+        assert_eq!(bearer_token(&bearer(key)), Some(key));
+        assert_eq!(bearer_token(&format!("bearer  {key} ")), Some(key));
+        for other in [
+            key.to_owned(),
+            format!("Basic {key}"),
+            format!("Bearer{key}"),
+            "Bearer ".to_owned(),
+            "Bearer".to_owned(),
+        ] {
+            assert_eq!(bearer_token(&other), None, "{other:?}");
+        }
     }
 
     #[test]

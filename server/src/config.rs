@@ -90,8 +90,9 @@ pub struct ServerConfig {
     /// (default 10,000).
     pub max_queued_emits: usize,
     /// Separate read and write capabilities: `POST /session` also returns a
-    /// publish key, which emits and `DELETE` must present (default off: the
-    /// session ID is both).
+    /// publish key, which emits and `DELETE` must present as
+    /// `Authorization: Bearer <key>` (else `401 unauthorized`; default off:
+    /// the session ID is both).
     pub publish_keys: bool,
     /// How long a Durable Streams long-poll read waits for data before it
     /// answers `204`, and how often a live SSE read sends a keep-alive

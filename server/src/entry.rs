@@ -63,9 +63,10 @@ impl Entry {
             .take()
     }
 
-    /// Whether `presented` (a request's publish key header) may emit into
-    /// and delete this session: always without `--publish-keys`; else only
-    /// this session's key, compared in constant time.
+    /// Whether `presented` (the publish key a request presents as
+    /// `Authorization: Bearer`) may emit into and delete this session:
+    /// always without `--publish-keys`; else only this session's key,
+    /// compared in constant time.
     pub(crate) fn may_publish(&self, presented: Option<&PublishKey>) -> bool {
         match (&self.publish_key, presented) {
             (None, _) => true,

@@ -40,9 +40,11 @@ pub(crate) enum ApiError {
     /// `408 body_read_timeout` (and the connection closes): the body did
     /// not arrive within `--body-read-timeout`.
     BodyReadTimeout,
-    /// `403 publish_key_required`: with `--publish-keys`, an emit or
-    /// `DELETE` without the session's publish key.
-    PublishKeyRequired,
+    /// `401 unauthorized` with `WWW-Authenticate: Bearer`: with
+    /// `--publish-keys`, an emit or `DELETE` without the session's publish
+    /// key as `Authorization: Bearer <key>` (or with another key). The
+    /// same answer as the Durable Streams routes' writes.
+    Unauthorized,
     /// `503 history_unavailable` with `Retry-After`: the shared history
     /// (Redis) did not answer, or too many emits wait for it on this
     /// instance; nothing was acknowledged.
@@ -111,7 +113,21 @@ impl IntoResponse for ApiError {
                     .insert(header::CONNECTION, HeaderValue::from_static("close"));
                 return response;
             }
-            Self::PublishKeyRequired => (StatusCode::FORBIDDEN, Failure::PublishKeyRequired),
+            Self::Unauthorized => {
+                let mut response = (
+                    StatusCode::UNAUTHORIZED,
+                    Json(Failure::Unauthorized {
+                        detail: "writes need the session's publish key as \
+                                 Authorization: Bearer <key>"
+                            .into(),
+                    }),
+                )
+                    .into_response();
+                response
+                    .headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                return response;
+            }
             // Redis comes back, or the queue drains: worth a retry soon.
             Self::HistoryUnavailable => {
                 return with_retry_after(

@@ -5,17 +5,17 @@ use crate::client_addr::{client_ip, ClientKey};
 use crate::connection::Peer;
 use crate::entry::Entry;
 use crate::error::ApiError;
-use crate::ids::{PublishKey, SessionId, PUBLISH_KEY_HEADER};
+use crate::ids::{PublishKey, SessionId};
 use crate::metrics::Limit;
 use crate::state::AppState;
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use gapless::session::Session;
 use gapless::EventId;
 use gapless::SingleWriter;
-use gapless_client::wire::CursorBody;
+use gapless_client::wire::{bearer_token, CursorBody};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -67,8 +67,11 @@ impl<S: Send + Sync> FromRequestParts<S> for SessionPath {
     }
 }
 
-/// The publish key a request presents in [`PUBLISH_KEY_HEADER`]; `None`
-/// when absent or malformed (either way it proves nothing).
+/// The publish key a request presents as `Authorization: Bearer <key>`
+/// (the scheme as [`bearer_token`] reads it, the same standard scheme as
+/// the Durable Streams routes); `None` when absent, in another scheme or
+/// malformed (either way it proves nothing). The retired
+/// `gapless-publish-key` header is not read: one scheme on both wires.
 pub(crate) struct PresentedKey(pub(crate) Option<PublishKey>);
 
 impl<S: Send + Sync> FromRequestParts<S> for PresentedKey {
@@ -78,16 +81,18 @@ impl<S: Send + Sync> FromRequestParts<S> for PresentedKey {
         Ok(Self(
             parts
                 .headers
-                .get(PUBLISH_KEY_HEADER)
+                .get(header::AUTHORIZATION)
                 .and_then(|value| value.to_str().ok())
-                .and_then(|text| text.trim().parse().ok()),
+                .and_then(bearer_token)
+                .and_then(|token| token.parse().ok()),
         ))
     }
 }
 
 /// The session of an emit, from a request allowed to publish into it:
-/// with `--publish-keys`, one that presents the session's key (else `403
-/// publish_key_required`, before any of the body is read).
+/// with `--publish-keys`, one that presents the session's key (else `401
+/// unauthorized` with `WWW-Authenticate: Bearer`, before any of the body
+/// is read).
 pub(crate) struct Publisher(pub(crate) SessionEntry);
 
 impl FromRequestParts<AppState> for Publisher {
@@ -102,7 +107,7 @@ impl FromRequestParts<AppState> for Publisher {
         if session.entry.may_publish(key.as_ref()) {
             Ok(Self(session))
         } else {
-            Err(ApiError::PublishKeyRequired)
+            Err(ApiError::Unauthorized)
         }
     }
 }

@@ -29,7 +29,8 @@ impl Kind for PublishKeyKind {
 }
 
 /// The write capability of one session (`serve --publish-keys`), kept
-/// beside the session in the shared history (its meta field `pk`).
+/// beside the session in the shared history (its meta field `pk`), and
+/// presented as `Authorization: Bearer <key>` (`extract::PresentedKey`).
 pub type PublishKey = Id<PublishKeyKind>;
 
 /// The log of session `id` in the shared history: the same bytes, so the
@@ -37,10 +38,6 @@ pub type PublishKey = Id<PublishKeyKind>;
 pub(crate) fn log_of(id: &SessionId) -> LogId {
     LogId::from_bytes(id.to_bytes())
 }
-
-/// The request header that carries a [`PublishKey`] (defined with the wire
-/// types, so the client sends what the server reads).
-pub(crate) use gapless_client::wire::PUBLISH_KEY_HEADER;
 
 /// Whether two keys are equal, in time independent of where they differ
 /// (a key compared byte by byte with an early exit leaks, by timing, how

@@ -2,7 +2,7 @@
 //! redacted, a JSON `500` for a panicking handler, JSON bodies for every
 //! error answer (405 included), and CORS for the configured origins.
 
-use crate::ids::{SessionId, PUBLISH_KEY_HEADER};
+use crate::ids::SessionId;
 use crate::metrics::Limit;
 use crate::state::{AppState, ServerState};
 use axum::body::Body;
@@ -54,8 +54,10 @@ pub fn with_layers(router: Router, state: &AppState) -> Router {
 /// The request line as logged. A session ID is a bearer credential (it
 /// reads, emits and deletes), so the path carries its tag instead
 /// (`/session/[1a2b3c4d]/events`; a segment that is not a well-formed ID,
-/// which may be a mistyped one, is `[malformed]`); an upgrade ticket and a
-/// publish key never reach a log either.
+/// which may be a mistyped one, is `[malformed]`); an upgrade ticket never
+/// reaches a log either. A publish key travels only in the `Authorization`
+/// header, and no header is logged: the span records the method and this
+/// line, and [`DefaultOnResponse`] leaves headers out unless asked.
 fn redacted(uri: &Uri) -> String {
     let mut path = String::with_capacity(uri.path().len());
     let mut segments = uri.path().split('/');
@@ -184,7 +186,8 @@ fn cors(origins: &[String]) -> Option<CorsLayer> {
             .allow_headers([
                 header::CONTENT_TYPE,
                 header::HeaderName::from_static("last-event-id"),
-                header::HeaderName::from_static(PUBLISH_KEY_HEADER),
+                // The publish key, as `Authorization: Bearer <key>`.
+                header::AUTHORIZATION,
             ]),
     )
 }

@@ -80,7 +80,7 @@ pub(crate) async fn delete(
             .await?
             .ok_or(ApiError::NoSuchSession)?;
         if !entry.may_publish(key.as_ref()) {
-            return Err(ApiError::PublishKeyRequired);
+            return Err(ApiError::Unauthorized);
         }
     }
     // The history is the record: delete there first (every instance's copy

@@ -4,11 +4,12 @@
 //! timeout, the memory budget, and the startup checks of the flags.
 
 use crate::support::{
-    answer, assert_json_error, bounded, create, emit_range, expect_sse, id, scrape, small_ring,
-    start, stop, tripped,
+    answer, assert_json_error, bounded, create, emit_range, expect_sse, id, payload, post_json,
+    scrape, small_ring, start, stop, tripped, Answer,
 };
 use gapless_client::{Client, ClientError};
 use gapless_server::{MemoryBudget, ServerConfig};
+use serde_json::Value;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -127,9 +128,30 @@ async fn undecodable_session_ids_are_no_such_session_on_every_route() {
     .await;
 }
 
+/// The answer to a write without the session's publish key: `401
+/// {"error":"unauthorized","detail":...}` with `WWW-Authenticate: Bearer`,
+/// the standard scheme the Durable Streams routes answer with too.
+fn assert_unauthorized(raw: &Answer, what: &str) {
+    assert_eq!(raw.status, 401, "{what}: {}", raw.text());
+    assert_eq!(
+        raw.header("www-authenticate"),
+        Some("Bearer"),
+        "{what}: the challenge"
+    );
+    assert_json_error(raw, "unauthorized", what);
+    assert!(
+        raw.json().get("detail").is_some_and(Value::is_string),
+        "{what}: {}",
+        raw.text()
+    );
+}
+
 /// Access model: with `--publish-keys`, `POST /session` returns a publish
-/// key; emits and `DELETE` need it (`403 publish_key_required` without it
-/// or with another), reading, acking and upgrading need only the ID.
+/// key; emits and `DELETE` need it as `Authorization: Bearer <key>` (`401
+/// unauthorized` with `WWW-Authenticate: Bearer` without it, with another
+/// session's key, in another scheme, or in the retired
+/// `gapless-publish-key` header); reading, acking and upgrading need only
+/// the ID.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publish_keys_separate_writing_from_reading() {
     bounded("publish keys", async {
@@ -145,48 +167,103 @@ async fn publish_keys_separate_writing_from_reading() {
         assert_eq!(key.len(), 32);
         assert_ne!(key, a.session);
         let b = create(&owner).await;
+        let other_key = owner.publish_key(&b.session).unwrap();
         // A reader holds the ID only.
         let reader = Client::new(server.url()).expect("client").with_timeout(IO);
+        let events = format!("/session/{}/events", a.session);
+        let emit = |n: u64, credentials: Option<(&str, String)>| {
+            let request = post_json(&reader, &events, payload(0, n));
+            match credentials {
+                Some((name, value)) => request.header(name, value),
+                None => request,
+            }
+        };
+        for (what, credentials) in [
+            ("emit without a key", None),
+            (
+                "emit with another session's key",
+                Some(("authorization", format!("Bearer {other_key}"))),
+            ),
+            (
+                "emit with the key in another scheme",
+                Some(("authorization", format!("Basic {key}"))),
+            ),
+            (
+                "emit with the key bare",
+                Some(("authorization", key.clone())),
+            ),
+            (
+                "emit with the key in the retired header",
+                Some(("gapless-publish-key", key.clone())),
+            ),
+        ] {
+            assert_unauthorized(&answer(&reader, emit(1, credentials), what).await, what);
+        }
+        // The client types the answer.
         assert!(matches!(
             reader.emit_raw(&a.session, "1").await,
-            Err(ClientError::PublishKeyRequired)
+            Err(ClientError::Unauthorized { .. })
         ));
-        reader.set_publish_key(&a.session, &owner.publish_key(&b.session).unwrap());
+        reader.set_publish_key(&a.session, &other_key);
         assert!(
             matches!(
                 reader.emit_raw(&a.session, "1").await,
-                Err(ClientError::PublishKeyRequired)
+                Err(ClientError::Unauthorized { .. })
             ),
             "another session's key"
         );
-        let raw = answer(
-            &reader,
-            reader.request(
-                axum::http::Method::DELETE,
-                &format!("/session/{}", a.session),
+        let delete = format!("/session/{}", a.session);
+        for (what, credentials) in [
+            ("delete without a key", None),
+            (
+                "delete with another session's key",
+                Some(format!("Bearer {other_key}")),
             ),
-            "delete without key",
-        )
-        .await;
-        assert_eq!(raw.status, 403, "{}", raw.text());
-        assert_json_error(&raw, "publish_key_required", "delete without key");
-        // The owner emits; the reader reads, acks and upgrades.
-        emit_range(&owner, &a, 0, 1..=2).await;
+        ] {
+            let mut request = reader.request(axum::http::Method::DELETE, &delete);
+            if let Some(value) = credentials {
+                request = request.header("authorization", value);
+            }
+            assert_unauthorized(&answer(&reader, request, what).await, what);
+        }
+        assert_eq!(
+            reader.state(&a.session).await.expect("state").published,
+            0,
+            "refused emits consumed no seq"
+        );
+        // The key as `Authorization: Bearer` emits, whoever sends it (the
+        // scheme's name in any case).
+        for (n, scheme) in [(1, "Bearer"), (2, "bearer")] {
+            let raw = answer(
+                &reader,
+                emit(n, Some(("authorization", format!("{scheme} {key}")))),
+                "emit with the key",
+            )
+            .await;
+            assert_eq!(raw.status, 202, "{scheme}: {}", raw.text());
+            assert_eq!(
+                raw.json()["id"].as_str(),
+                Some(id(a.epoch, n).to_string().as_str())
+            );
+        }
+        // The owner's client sends its key as `Authorization: Bearer`;
+        // the reader reads, acks and upgrades with the ID alone.
+        emit_range(&owner, &a, 0, 3..=4).await;
         let mut sse = reader.open_sse(&a.session, None).await.expect("reader SSE");
-        expect_sse(&mut sse, &a, 0, 1..=2).await;
+        expect_sse(&mut sse, &a, 0, 1..=4).await;
         drop(sse);
         reader
-            .ack(&a.session, id(a.epoch, 2))
+            .ack(&a.session, id(a.epoch, 4))
             .await
             .expect("reader acks");
         reader
-            .upgrade(&a.session, id(a.epoch, 2))
+            .upgrade(&a.session, id(a.epoch, 4))
             .await
             .expect("reader upgrades");
         assert_eq!(
             reader.state(&a.session).await.expect("state").published,
-            2,
-            "refused emits consumed no seq"
+            4,
+            "the reader's ack and upgrade wrote nothing"
         );
         owner
             .delete(&a.session)

@@ -109,6 +109,12 @@ async fn cors_allows_exactly_the_configured_origins() {
             headers.contains("content-type") && headers.contains("last-event-id"),
             "{headers}"
         );
+        // The publish key travels as `Authorization: Bearer`; the retired
+        // header is not allowed.
+        assert!(
+            headers.contains("authorization") && !headers.contains("gapless-publish-key"),
+            "{headers}"
+        );
 
         for (what, path) in [
             (

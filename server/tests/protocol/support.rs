@@ -187,10 +187,15 @@ pub async fn wait_state(
 pub struct Answer {
     pub status: u16,
     pub content_type: String,
+    pub headers: axum::http::HeaderMap,
     pub body: Vec<u8>,
 }
 
 impl Answer {
+    /// The header `name` as text, if present.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
@@ -215,6 +220,7 @@ pub async fn answer(client: &Client, request: Request, what: &str) -> Answer {
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_owned();
+    let headers = response.headers().clone();
     let body = client
         .read_body(response)
         .await
@@ -223,6 +229,7 @@ pub async fn answer(client: &Client, request: Request, what: &str) -> Answer {
     Answer {
         status,
         content_type,
+        headers,
         body,
     }
 }

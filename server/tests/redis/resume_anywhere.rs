@@ -219,7 +219,8 @@ async fn a_websocket_attached_on_one_instance_supersedes_a_stream_on_another() {
 
 /// With `--publish-keys`, the key is part of the session's record in Redis:
 /// an instance that loads the session asks for the same key (an emit or a
-/// `DELETE` without it is `403`), and reads on it need only the ID.
+/// `DELETE` without it is `401 unauthorized`), and reads on it need only
+/// the ID.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_publish_key_made_on_one_instance_is_required_on_every_instance() {
     bounded("publish keys across instances", async {
@@ -236,11 +237,11 @@ async fn a_publish_key_made_on_one_instance_is_required_on_every_instance() {
         // B loads the session from Redis: its key comes with it.
         assert!(matches!(
             client_b.emit_raw(&session, payload(0, 1)).await,
-            Err(ClientError::PublishKeyRequired)
+            Err(ClientError::Unauthorized { .. })
         ));
         assert!(matches!(
             client_b.delete(&session).await,
-            Err(ClientError::PublishKeyRequired)
+            Err(ClientError::Unauthorized { .. })
         ));
         let mut received = Received::default();
         let mut stream = client_b.open_sse(&session, None).await.expect("SSE on B");

@@ -46,9 +46,10 @@ pub struct ServeArgs {
     /// memory_budget_exceeded.
     #[arg(long, env = "GAPLESS_MEMORY_BUDGET", default_value = "50%")]
     memory_budget: MemoryBudget,
-    /// Return a publish key from POST /session and require it (header
-    /// gapless-publish-key) for emits and DELETE: the session ID then only
-    /// reads.
+    /// Return a publish key from POST /session (and PUT /v1/stream/...)
+    /// and require it as Authorization: Bearer KEY for emits, appends and
+    /// DELETE, else 401 unauthorized with WWW-Authenticate: Bearer: the
+    /// session ID (or stream path) then only reads.
     #[arg(long, env = "GAPLESS_PUBLISH_KEYS")]
     publish_keys: bool,
     /// Seconds without a request or an attached transport after which a
