@@ -90,21 +90,36 @@ pub(crate) fn page_response(page: &Page, query: &ReadQuery, headers: &HeaderMap)
     if at_closed_tail {
         builder = builder.header(CLOSED, "true");
     }
-    finish(builder, Body::from(body_of(page)))
+    let (body, len) = body_of(page);
+    finish(builder.header(header::CONTENT_LENGTH, len), body)
 }
 
-/// The body of a page: its payloads concatenated, or one JSON array.
-fn body_of(page: &Page) -> Vec<u8> {
-    let size = page.payloads.iter().map(|p| p.len() + 1).sum::<usize>() + 2;
-    let mut out = Vec::with_capacity(size);
+/// The body of a page — its payloads one after the other, or one JSON
+/// array — and its length. The payloads go out as they are (slices of the
+/// ring's copy), not copied into one buffer.
+fn body_of(page: &Page) -> (Body, usize) {
+    const OPEN: bytes::Bytes = bytes::Bytes::from_static(b"[");
+    const COMMA: bytes::Bytes = bytes::Bytes::from_static(b",");
+    const CLOSE: bytes::Bytes = bytes::Bytes::from_static(b"]");
+    let mut parts = Vec::with_capacity(page.payloads.len() * 2 + 2);
     if page.json {
-        json_mode::array(&mut out, page.payloads.iter().map(|p| &p[..]));
-    } else {
-        for payload in &page.payloads {
-            out.extend_from_slice(payload);
+        parts.push(OPEN);
+        for (i, payload) in page.payloads.iter().enumerate() {
+            if i > 0 {
+                parts.push(COMMA);
+            }
+            parts.push(payload.clone());
         }
+        parts.push(CLOSE);
+    } else {
+        parts.extend(page.payloads.iter().cloned());
     }
-    out
+    let len = parts.iter().map(bytes::Bytes::len).sum();
+    if parts.len() == 1 {
+        return (Body::from(parts.remove(0)), len);
+    }
+    let chunks = futures_util::stream::iter(parts.into_iter().map(Ok::<_, Infallible>));
+    (Body::from_stream(chunks), len)
 }
 
 /// A long-poll read after `cursor`: data at once if there is some, else
