@@ -5,6 +5,7 @@
 use crate::ids::SessionId;
 use crate::metrics::Limit;
 use crate::state::{AppState, ServerState};
+use crate::streams;
 use axum::body::Body;
 use axum::http::{header, HeaderValue, Method, Request, Response, StatusCode, Uri};
 use axum::Router;
@@ -182,13 +183,35 @@ fn cors(origins: &[String]) -> Option<CorsLayer> {
     Some(
         CorsLayer::new()
             .allow_origin(AllowOrigin::list(origins))
-            .allow_methods([Method::GET, Method::POST, Method::DELETE])
-            .allow_headers([
-                header::CONTENT_TYPE,
-                header::HeaderName::from_static("last-event-id"),
-                // The publish key, as `Authorization: Bearer <key>`.
-                header::AUTHORIZATION,
-            ]),
+            .allow_methods([
+                Method::GET,
+                Method::POST,
+                Method::DELETE,
+                // Durable Streams: create and metadata.
+                Method::PUT,
+                Method::HEAD,
+            ])
+            .allow_headers(
+                [
+                    header::CONTENT_TYPE,
+                    header::HeaderName::from_static("last-event-id"),
+                    // The publish key, as `Authorization: Bearer <key>`.
+                    header::AUTHORIZATION,
+                ]
+                .into_iter()
+                .chain(
+                    streams::REQUEST_HEADERS
+                        .iter()
+                        .map(|name| header::HeaderName::from_static(name)),
+                )
+                .collect::<Vec<_>>(),
+            )
+            .expose_headers(
+                streams::EXPOSED_HEADERS
+                    .iter()
+                    .map(|name| header::HeaderName::from_static(name))
+                    .collect::<Vec<_>>(),
+            ),
     )
 }
 

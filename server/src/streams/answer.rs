@@ -23,10 +23,50 @@ pub(crate) const SSE_DATA_ENCODING: &str = "stream-sse-data-encoding";
 /// With `--publish-keys`: the new stream's publish key, on its `201`.
 pub(crate) const PUBLISH_KEY: &str = "stream-publish-key";
 
+/// The request headers a browser may send to a stream (its preflights).
+pub(crate) const REQUEST_HEADERS: &[&str] = &[
+    "content-type",
+    "authorization",
+    "if-none-match",
+    "stream-seq",
+    "stream-ttl",
+    "stream-expires-at",
+    "stream-closed",
+    "producer-id",
+    "producer-epoch",
+    "producer-seq",
+    "stream-forked-from",
+    "stream-fork-offset",
+    "stream-fork-sub-offset",
+];
+
+/// The response headers a browser script may read.
+pub(crate) const EXPOSED_HEADERS: &[&str] = &[
+    "stream-next-offset",
+    "stream-cursor",
+    "stream-up-to-date",
+    "stream-closed",
+    "stream-ttl",
+    "stream-expires-at",
+    "stream-sse-data-encoding",
+    "stream-publish-key",
+    "producer-epoch",
+    "producer-seq",
+    "producer-expected-seq",
+    "producer-received-seq",
+    "etag",
+    "content-type",
+    "location",
+    "retry-after",
+    "www-authenticate",
+];
+
 /// A response of `status` with the headers every answer of the protocol
 /// carries: `X-Content-Type-Options: nosniff`,
 /// `Cross-Origin-Resource-Policy: cross-origin`, and CORS for any origin
 /// (reads need no credential; writes carry a bearer key, never a cookie).
+/// With `--cors-origin`, the server's CORS layer answers for the listed
+/// origins instead (see [`http::stream_route`](super::http::stream_route)).
 pub(crate) fn response(status: StatusCode) -> axum::http::response::Builder {
     Response::builder()
         .status(status)
@@ -35,10 +75,7 @@ pub(crate) fn response(status: StatusCode) -> axum::http::response::Builder {
         .header(header::ACCESS_CONTROL_ALLOW_ORIGIN, "*")
         .header(
             header::ACCESS_CONTROL_EXPOSE_HEADERS,
-            "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, \
-             Stream-TTL, Stream-Expires-At, Stream-SSE-Data-Encoding, Producer-Epoch, \
-             Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, Publish-Key, \
-             ETag, Content-Type, Location, WWW-Authenticate",
+            EXPOSED_HEADERS.join(", "),
         )
 }
 
@@ -52,9 +89,7 @@ pub(crate) fn preflight() -> Response<Body> {
             )
             .header(
                 header::ACCESS_CONTROL_ALLOW_HEADERS,
-                "Content-Type, Authorization, If-None-Match, Stream-Seq, Stream-TTL, \
-                 Stream-Expires-At, Stream-Closed, Producer-Id, Producer-Epoch, Producer-Seq, \
-                 Stream-Forked-From, Stream-Fork-Offset, Stream-Fork-Sub-Offset",
+                REQUEST_HEADERS.join(", "),
             )
             .header(header::ACCESS_CONTROL_MAX_AGE, "86400"),
         Body::empty(),
@@ -123,7 +158,7 @@ pub(crate) fn unauthorized() -> Response<Body> {
         StatusCode::UNAUTHORIZED,
         "unauthorized",
         "writes need the stream's publish key as Authorization: Bearer <key>",
-        &[("www-authenticate", "Bearer".to_owned())],
+        &[(header::WWW_AUTHENTICATE.as_str(), "Bearer".to_owned())],
     )
 }
 

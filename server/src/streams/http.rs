@@ -1,6 +1,11 @@
 //! The protocol's routes at `/v1/stream/{path}`: `PUT` creates, `POST`
 //! appends (and closes), `GET` reads (catch-up, long-poll, SSE), `HEAD`
 //! answers the metadata, `DELETE` deletes, `OPTIONS` answers preflights.
+//!
+//! A request that fails a check is answered with the refusal itself (a
+//! `Result<_, Response>`): built once, on the error path, and returned as
+//! it is, so its size does not matter.
+#![allow(clippy::result_large_err)]
 
 use super::answer::{
     self, finish, response, CLOSED, EXPIRES_AT, NEXT_OFFSET, PRODUCER_EPOCH, PRODUCER_SEQ,
@@ -29,7 +34,7 @@ pub(crate) async fn stream_route(
     request: Request,
 ) -> Response<Body> {
     let method = request.method().clone();
-    match method {
+    let mut answer = match method {
         Method::OPTIONS => answer::preflight(),
         Method::PUT => create(&state, path, request).await,
         Method::POST => append(&state, &path, request).await,
@@ -42,7 +47,15 @@ pub(crate) async fn stream_route(
             "a stream takes GET, HEAD, PUT, POST, DELETE and OPTIONS",
             &[("allow", "GET, HEAD, PUT, POST, DELETE, OPTIONS".to_owned())],
         ),
+    };
+    if !state.config.cors_origins.is_empty() {
+        // The server's CORS layer answers for the configured origins: two
+        // `Access-Control-Allow-Origin` values would fail every browser.
+        let headers = answer.headers_mut();
+        headers.remove(header::ACCESS_CONTROL_ALLOW_ORIGIN);
+        headers.remove(header::ACCESS_CONTROL_EXPOSE_HEADERS);
     }
+    answer
 }
 
 /// One header's value as text; `Err` for a value that is not.
@@ -128,8 +141,8 @@ fn authorized(state: &ServerState, expected: Option<&PublishKey>, headers: &Head
     let presented = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .and_then(|key| key.trim().parse::<PublishKey>().ok());
+        .and_then(gapless_client::wire::bearer_token)
+        .and_then(|key| key.parse::<PublishKey>().ok());
     presented.is_some_and(|key| crate::ids::same_key(&key, expected))
 }
 

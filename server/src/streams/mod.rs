@@ -32,6 +32,7 @@ mod rules;
 mod shared;
 mod stream;
 
+pub(crate) use answer::{EXPOSED_HEADERS, REQUEST_HEADERS};
 pub(crate) use http::stream_route;
 pub(crate) use registry::Streams;
 pub(crate) use shared::SharedStreams;
