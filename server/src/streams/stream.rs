@@ -245,8 +245,10 @@ impl Stream {
     /// # Errors
     /// [`ReadRefusal::Gap`] when retention overtook the reader.
     pub(crate) fn read_after(&self, cursor: u64, max_bytes: usize) -> Result<Chunk, ReadRefusal> {
-        /// Messages copied per ring read.
-        const BATCH: u64 = 256;
+        /// Messages copied per ring read: a copy of small messages stays
+        /// under glibc's mmap threshold (128 KiB), so its buffer is reused
+        /// heap rather than pages mapped, faulted in and unmapped per read.
+        const BATCH: u64 = 32;
         let ring = self.ring();
         let published = ring.published();
         let mut chunk = Chunk {
