@@ -2,10 +2,10 @@
 //! redacted, a JSON `500` for a panicking handler, JSON bodies for every
 //! error answer (405 included), and CORS for the configured origins.
 
+use crate::handlers::streams;
 use crate::ids::SessionId;
 use crate::metrics::Limit;
 use crate::state::{AppState, ServerState};
-use crate::streams;
 use axum::body::Body;
 use axum::http::{header, HeaderValue, Method, Request, Response, StatusCode, Uri};
 use axum::Router;

@@ -32,12 +32,12 @@
 //! | `replica` | one session's ring as a copy of its history: the committer (appends) and the mirror (the ring's one `Writer`) |
 //! | `entry` | one live session here: the engine's session, its ring's writer, its idle clock and admission |
 //! | `session_history` | the session-history trait and its two modes: `Local` (the ring is the history) and `Replicated` (`--redis`) |
-//! | `streams` | the Durable Streams protocol (`/v1/stream/{path}`): streams, offsets, live reads |
+//! | `streams` | the Durable Streams (`/v1/stream/{path}`): each stream's ring, or its log in the shared history; offsets, forks, the rules of an append |
 //! | `state` | [`AppState`]: sessions, streams, limits, metrics, the shutdown signal |
 //! | `error` | every error answer, rendered to its `gapless_client::wire` body |
 //! | `extract` | the session in the path, the client, the publish key, bodies within the limits, cursors |
 //! | `delivery` | the one replay → follow → gap → detach loop, and its SSE and WebSocket transports |
-//! | `handlers` | one handler per route |
+//! | `handlers` | one handler per route (the Durable Streams routes in `handlers::streams`) |
 //! | `layers` | request logs (session IDs as tags, tickets redacted), panic → 500, JSON errors, CORS ([`with_layers`]) |
 //! | `routes` | [`router`], [`routes`] |
 //! | `serve` | the accept loop: connection limits, header-read timeout, two-phase shutdown |

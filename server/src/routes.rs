@@ -2,7 +2,7 @@
 //! server's layers.
 
 use crate::error::ApiError;
-use crate::handlers::{events, metrics, migration, sessions};
+use crate::handlers::{events, metrics, migration, sessions, streams};
 use crate::layers::with_layers;
 use crate::state::AppState;
 use axum::extract::DefaultBodyLimit;
@@ -33,7 +33,7 @@ pub fn routes(state: AppState) -> Router {
         .route("/session/{id}/ack", post(sessions::ack))
         .route("/session/{id}/upgrade", post(migration::upgrade))
         .route("/session/{id}/ws", get(migration::websocket))
-        .route("/v1/stream/{*path}", any(crate::streams::stream_route))
+        .route("/v1/stream/{*path}", any(streams::stream_route))
         .route("/metrics", get(metrics::render))
         .route("/healthz", get(sessions::healthz))
         .fallback(|| async { ApiError::NotFound })

@@ -6,3 +6,4 @@ pub(crate) mod events;
 pub(crate) mod metrics;
 pub(crate) mod migration;
 pub(crate) mod sessions;
+pub(crate) mod streams;

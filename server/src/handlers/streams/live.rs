@@ -8,13 +8,13 @@ use super::answer::{
     self, finish, response, CLOSED, CURSOR, NEXT_OFFSET, SSE_DATA_ENCODING, UP_TO_DATE,
 };
 use super::cursor::response_cursor;
-use super::feed::{Feed, FeedEnd, Page};
 use super::http::{etag, Live, ReadQuery};
-use super::json_mode;
-use super::offset::Start;
-use super::stream::media_type;
 use crate::lifecycle::turned_true;
 use crate::state::ServerState;
+use crate::streams::feed::{Feed, FeedEnd, Page};
+use crate::streams::json_mode;
+use crate::streams::offset::Start;
+use crate::streams::stream::media_type;
 use axum::body::Body;
 use axum::http::{header, HeaderMap, Response, StatusCode};
 use base64::Engine as _;

@@ -11,16 +11,16 @@ use super::answer::{
     self, finish, response, CLOSED, EXPIRES_AT, NEXT_OFFSET, PRODUCER_EPOCH, PRODUCER_SEQ,
     PUBLISH_KEY, TTL,
 };
-use super::feed::LocalFeed;
 use super::live;
-use super::offset::{Offset, Start};
-use super::registry::{CreateRefusal, CreateRequest, Created};
-use super::rules::{AppendRefusal, AppendRequest, Appended};
-use super::shared::{SharedCreated, View};
-use super::stream::{media_type, Settings};
 use crate::extract::Client;
 use crate::ids::PublishKey;
 use crate::state::{AppState, ServerState};
+use crate::streams::feed::LocalFeed;
+use crate::streams::offset::{Offset, Start};
+use crate::streams::registry::{CreateRefusal, CreateRequest, Created};
+use crate::streams::rules::{AppendRefusal, AppendRequest, Appended};
+use crate::streams::shared::{SharedCreated, View};
+use crate::streams::stream::{media_type, Settings};
 use axum::body::Body;
 use axum::extract::{FromRequestParts, Path, Request, State};
 use axum::http::{header, HeaderMap, Method, Response, StatusCode};

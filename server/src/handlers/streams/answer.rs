@@ -2,10 +2,10 @@
 //! (browser security, CORS), and every refusal as JSON with its status and
 //! the protocol's headers.
 
-use super::numbering::ReadRefusal;
-use super::offset::Offset;
-use super::registry::CreateRefusal;
-use super::rules::AppendRefusal;
+use crate::streams::numbering::ReadRefusal;
+use crate::streams::offset::Offset;
+use crate::streams::registry::CreateRefusal;
+use crate::streams::rules::AppendRefusal;
 use axum::body::Body;
 use axum::http::{header, HeaderName, HeaderValue, Response, StatusCode};
 
@@ -222,10 +222,10 @@ pub(crate) fn append_refused(refused: &AppendRefusal) -> Response<Body> {
                 (PRODUCER_RECEIVED_SEQ, received.to_string()),
             ],
         ),
-        AppendRefusal::Json(super::json_mode::JsonRefusal::Invalid(what)) => {
+        AppendRefusal::Json(crate::streams::json_mode::JsonRefusal::Invalid(what)) => {
             bad_request(&format!("invalid JSON: {what}"))
         }
-        AppendRefusal::Json(super::json_mode::JsonRefusal::EmptyArray) => {
+        AppendRefusal::Json(crate::streams::json_mode::JsonRefusal::EmptyArray) => {
             bad_request("an empty JSON array appends nothing")
         }
         AppendRefusal::TooLarge { len, max } => refusal(
@@ -296,10 +296,10 @@ pub(crate) fn create_refused(refused: &CreateRefusal) -> Response<Body> {
             bad_request("Stream-Fork-Offset is not a position of the source")
         }
         CreateRefusal::BadSubOffset(what) => bad_request(what),
-        CreateRefusal::Json(super::json_mode::JsonRefusal::Invalid(what)) => {
+        CreateRefusal::Json(crate::streams::json_mode::JsonRefusal::Invalid(what)) => {
             bad_request(&format!("invalid JSON: {what}"))
         }
-        CreateRefusal::Json(super::json_mode::JsonRefusal::EmptyArray) => {
+        CreateRefusal::Json(crate::streams::json_mode::JsonRefusal::EmptyArray) => {
             bad_request("an empty JSON array appends nothing")
         }
         CreateRefusal::TooMany => refusal(

@@ -1,0 +1,17 @@
+//! The Durable Streams routes (`/v1/stream/{path}`) over the streams of
+//! [`crate::streams`]: requests parsed and checked, answers built.
+//!
+//! | module | holds |
+//! |---|---|
+//! | `cursor` | `Stream-Cursor` for live reads |
+//! | `answer` | response headers and every refusal |
+//! | `live` | catch-up, long-poll and SSE reads over a feed |
+//! | `http` | the route's handler: one function per method |
+
+mod answer;
+mod cursor;
+mod http;
+mod live;
+
+pub(crate) use answer::{EXPOSED_HEADERS, REQUEST_HEADERS};
+pub(crate) use http::stream_route;
