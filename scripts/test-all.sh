@@ -20,7 +20,9 @@
 #      non-zero on a silent gap, a starved reader or RSS over budget)
 #   3. the official Durable Streams server conformance suite against the
 #      release binary (scripts/conformance.sh: Node 20 and npm, packages
-#      pinned in conformance/package-lock.json), then the benchmarks in
+#      pinned in conformance/package-lock.json), in process and over Redis;
+#      the official TypeScript client across two instances
+#      (scripts/ds-e2e.sh); then the benchmarks in
 #      test mode (each scenario once)
 #   4. the concurrency proof: loom models, Miri, ThreadSanitizer (installing
 #      the nightly components they need; a check that cannot run fails the
@@ -73,6 +75,9 @@ DS_LONG_POLL_TIMEOUT_MS=3000 scripts/conformance.sh --build -- --long-poll-timeo
 # The same suite with the streams in a throwaway redis-server (--redis).
 DS_LONG_POLL_TIMEOUT_MS=3000 scripts/with-redis.sh scripts/conformance.sh -- \
     --long-poll-timeout 2 --redis {redis}
+# The official TypeScript client across two instances over one Redis: a
+# live reader cut on A resumes on B from its offset, every byte once.
+scripts/ds-e2e.sh
 
 step "benchmarks in test mode"
 cargo bench --workspace -- --test

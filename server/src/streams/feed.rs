@@ -6,6 +6,7 @@
 
 use super::numbering::{Numbering, ReadRefusal};
 use super::offset::{Offset, Start};
+use super::registry::Streams;
 use super::stream::Stream;
 use bytes::Bytes;
 use std::future::Future;
@@ -100,12 +101,19 @@ pub(crate) trait Feed: Send + 'static {
 pub(crate) struct LocalFeed {
     stream: Arc<Stream>,
     changed: watch::Receiver<u64>,
+    /// Every read restarts the stream's TTL and idle clocks: a stream
+    /// followed by a live reader stays.
+    streams: Arc<Streams>,
 }
 
 impl LocalFeed {
-    pub(crate) fn new(stream: Arc<Stream>) -> Self {
+    pub(crate) fn new(stream: Arc<Stream>, streams: Arc<Streams>) -> Self {
         let changed = stream.subscribe();
-        Self { stream, changed }
+        Self {
+            stream,
+            changed,
+            streams,
+        }
     }
 
     fn ended(&self) -> bool {
@@ -128,6 +136,7 @@ impl Feed for LocalFeed {
         if self.ended() {
             return Err(FeedEnd::Gone);
         }
+        self.streams.touch(&self.stream);
         let closed = self.stream.is_closed();
         let chunk = self
             .stream

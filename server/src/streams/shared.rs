@@ -900,6 +900,9 @@ impl<H: History> Feed for SharedFeed<H> {
         if view.soft_deleted() {
             return Err(FeedEnd::Gone);
         }
+        // A live reader keeps a `Stream-TTL` stream (at most one write a
+        // second).
+        self.shared.touch(&self.path, &view).await;
         let epoch = *self.epoch.get_or_insert(view.epoch);
         if view.epoch != epoch {
             // The history lost events and continues under a new epoch:

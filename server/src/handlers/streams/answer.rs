@@ -245,7 +245,8 @@ pub(crate) fn unavailable() -> Response<Body> {
     refusal(
         StatusCode::SERVICE_UNAVAILABLE,
         "history_unavailable",
-        "the shared history did not answer; nothing was changed or acknowledged",
+        "the shared history did not answer in time; nothing was acknowledged (an append \
+         may still land: retry it with its producer headers to store it once)",
         &[("retry-after", "1".to_owned())],
     )
 }

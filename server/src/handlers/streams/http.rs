@@ -85,13 +85,19 @@ const SAFE_INTEGER: u64 = (1 << 53) - 1;
 /// before it reads the answer.
 const DRAIN_BYTES: usize = 64 << 20;
 
-/// The request body within `--max-body` and `--body-read-timeout`. Over
-/// the limit: `413 body_too_large`, once the rest of the body (up to
+/// The request body within the stream body limit (`--max-body`, or the
+/// ring's largest message if larger) and `--body-read-timeout`. Over the
+/// limit: `413 body_too_large`, once the rest of the body (up to
 /// [`DRAIN_BYTES`], within the same timeout) has been read and dropped.
 async fn body(state: &AppState, request: Request) -> Result<bytes::Bytes, Response<Body>> {
     use futures_util::StreamExt as _;
     let config = &state.0.config;
-    let limit = config.max_body;
+    // A stream takes a body as large as its ring's largest message, at
+    // least `--max-body`: the official client batches appends up to 1 MiB
+    // and a batch may pass that by one message.
+    let limit = config
+        .max_body
+        .max(config.ring().geometry().map_or(0, |g| g.max_payload()));
     let mut frames = request.into_body().into_data_stream();
     let read = async {
         let mut kept = bytes::BytesMut::new();
@@ -124,9 +130,19 @@ async fn body(state: &AppState, request: Request) -> Result<bytes::Bytes, Respon
                 .0
                 .metrics
                 .tripped(crate::metrics::Limit::BodyReadTimeout);
-            Err(axum::response::IntoResponse::into_response(
-                crate::error::ApiError::BodyReadTimeout,
-            ))
+            // The rest of the body may still come: the connection cannot
+            // carry another request.
+            let mut refused = answer::refusal(
+                StatusCode::REQUEST_TIMEOUT,
+                "body_read_timeout",
+                "the request body did not arrive within the server's body timeout",
+                &[],
+            );
+            refused.headers_mut().insert(
+                header::CONNECTION,
+                header::HeaderValue::from_static("close"),
+            );
+            Err(refused)
         }
     }
 }
@@ -746,6 +762,11 @@ async fn read(state: &Arc<ServerState>, path: &str, request: Request) -> Respons
     if stream.soft_deleted.load(Ordering::Acquire) {
         return answer::soft_deleted();
     }
-    state.streams.touch(&stream);
-    live::read(state, LocalFeed::new(stream), query, request.headers()).await
+    live::read(
+        state,
+        LocalFeed::new(stream, Arc::clone(&state.streams)),
+        query,
+        request.headers(),
+    )
+    .await
 }
