@@ -122,14 +122,20 @@ pub trait History: Send + Sync + 'static {
     /// from seq 1 with its [`PER_EPOCH`] meta cleared (see the module docs), and the
     /// batch is its first. Not sent after `deadline`, and answered by it
     /// ([`HistoryError::Unavailable`]: it may or may not have been
-    /// applied).
+    /// applied). [`append_guarded`](Self::append_guarded) with no guard.
     fn append(
         &self,
         id: &LogId,
         known: Known,
         payloads: &[Bytes],
         deadline: Instant,
-    ) -> impl Future<Output = Result<(u64, u64), HistoryError>> + Send;
+    ) -> impl Future<Output = Result<(u64, u64), HistoryError>> + Send {
+        async move {
+            self.append_guarded(id, known, payloads, &Guard::default(), deadline)
+                .await?
+                .ok_or_else(|| HistoryError::Corrupt("an empty guard refused".into()))
+        }
+    }
 
     /// Appends `payloads` as [`append`](Self::append) does, in one atomic
     /// step with `guard`: only if every field `guard.expect` names holds

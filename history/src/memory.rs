@@ -201,18 +201,6 @@ impl History for MemoryHistory {
         Ok(true)
     }
 
-    async fn append(
-        &self,
-        id: &LogId,
-        known: Known,
-        payloads: &[Bytes],
-        deadline: Instant,
-    ) -> Result<(u64, u64), HistoryError> {
-        self.append_guarded(id, known, payloads, &Guard::default(), deadline)
-            .await?
-            .ok_or_else(|| HistoryError::Corrupt("an empty guard refused".into()))
-    }
-
     async fn append_guarded(
         &self,
         id: &LogId,

@@ -364,17 +364,6 @@ impl History for RedisHistory {
     /// ring's limits; the epoch and the first seq. Durable in Redis (to
     /// its persistence settings) when this returns `Ok`. Offers the script
     /// a fresh epoch, taken if the log lost events.
-    async fn append(
-        &self,
-        id: &LogId,
-        known: Known,
-        payloads: &[Bytes],
-        deadline: Instant,
-    ) -> Result<(u64, u64), HistoryError> {
-        self.append_guarded(id, known, payloads, &Guard::default(), deadline)
-            .await?
-            .ok_or_else(|| HistoryError::Corrupt("an empty guard refused".into()))
-    }
 
     async fn append_guarded(
         &self,
