@@ -360,11 +360,11 @@ impl History for RedisHistory {
         Ok(created == 1)
     }
 
-    /// Appends `payloads` as the log's next seqs, trimming the log to the
-    /// ring's limits; the epoch and the first seq. Durable in Redis (to
-    /// its persistence settings) when this returns `Ok`. Offers the script
-    /// a fresh epoch, taken if the log lost events.
-
+    /// Appends `payloads` as the log's next seqs if the guard holds,
+    /// trimming the log to the ring's limits; the epoch and the first seq.
+    /// Durable in Redis (to its persistence settings) when this returns
+    /// `Ok`. Offers the script the guard's epoch (or a fresh random one),
+    /// taken if the log lost events.
     async fn append_guarded(
         &self,
         id: &LogId,
