@@ -25,6 +25,7 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+. "$root/scripts/lib/servers.sh"
 suite="$root/conformance"
 reference=0
 build=0
@@ -44,20 +45,10 @@ while [ $# -gt 0 ]; do
     shift
 done
 
-command -v node >/dev/null && command -v npm >/dev/null || {
-    echo "error: node and npm are needed (Node >= 20)" >&2
-    exit 1
-}
-
+require_node_and_npm
 # The suite's dependencies, installed exactly from package-lock.json when
 # node_modules is missing or was installed from another lock file.
-stamp="$suite/node_modules/.gapless-lock.sha256"
-want="$(sha256sum "$suite/package-lock.json" | cut -d' ' -f1)"
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    echo "conformance: npm ci in conformance/" >&2
-    (cd "$suite" && npm ci --no-audit --no-fund >&2)
-    echo "$want" > "$stamp"
-fi
+npm_ci_if_stale conformance
 
 if [ "$reference" = 1 ]; then
     server=(node "$suite/reference-server.mjs")
@@ -65,13 +56,9 @@ if [ "$reference" = 1 ]; then
 else
     bin="$root/target/release/gapless-server"
     if [ "$build" = 1 ] || [ ! -x "$bin" ]; then
-        echo "conformance: cargo build --release -p gapless-server" >&2
-        (cd "$root" && cargo build --release -p gapless-server)
+        build_gapless_server conformance
     fi
-    newer="$(find "$root/server/src" "$root/src" "$root/history" -name '*.rs' -newer "$bin" 2>/dev/null | head -n 1)"
-    if [ -n "$newer" ]; then
-        echo "warning: $bin is older than ${newer#"$root"/} (rebuild with --build)" >&2
-    fi
+    warn_if_older_than_sources "$bin" "rebuild with --build"
     server=("$bin" serve --addr 127.0.0.1:0)
     what="gapless-server"
 fi
@@ -81,45 +68,18 @@ server+=("${server_args[@]+"${server_args[@]}"}")
 logdir="$root/target/conformance"
 mkdir -p "$logdir"
 log="$(mktemp "$logdir/server-$(date +%Y%m%d-%H%M%S)-XXXXXX.log")"
-pid=""
-stop_server() {
-    [ -n "$pid" ] || return 0
-    if kill -0 "$pid" 2>/dev/null; then
-        kill -TERM "$pid" 2>/dev/null || true
-        for _ in $(seq 1 100); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.05
-        done
-        if kill -0 "$pid" 2>/dev/null; then
-            echo "conformance: server did not stop within 5 s of SIGTERM: SIGKILL" >&2
-            kill -KILL "$pid" 2>/dev/null || true
-        fi
-    fi
-    wait "$pid" 2>/dev/null || true
-    pid=""
-}
-trap stop_server EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+stop_servers_on_exit 'stop_servers "conformance: server did not stop within 5 s of SIGTERM: SIGKILL"'
 
 echo "conformance: starting $what: ${server[*]}" >&2
-"${server[@]}" >"$log" 2>&1 &
-pid=$!
-
 # Both servers print `listening on http://HOST:PORT` once they accept
 # connections (gapless-server: on stdout, after connecting to Redis if asked).
-url=""
-for _ in $(seq 1 600); do
-    url="$(grep -m1 -o 'listening on http://[^[:space:]]*' "$log" | sed 's/^listening on //' || true)"
-    [ -n "$url" ] && break
-    if ! kill -0 "$pid" 2>/dev/null; then
-        echo "error: the server exited before listening; its output:" >&2
-        cat "$log" >&2
-        exit 1
-    fi
-    sleep 0.05
-done
-[ -n "$url" ] || { echo "error: the server printed no listening line within 30 s; its output:" >&2; cat "$log" >&2; exit 1; }
+start_server 30 "$log" "${server[@]}" || {
+    echo "error: the server $server_failure; its output:" >&2
+    cat "$log" >&2
+    exit 1
+}
+pid="$server_pid"
+url="$server_url"
 echo "conformance: $what listening on $url (pid $pid; log ${log#"$root"/})" >&2
 
 # No colour codes when the output goes to a file or a pipe.

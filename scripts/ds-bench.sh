@@ -29,6 +29,7 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+. "$root/scripts/lib/servers.sh"
 suite="$root/conformance"
 bin="$root/target/release/gapless-server"
 out="$suite/results/ds-bench.csv"
@@ -53,25 +54,7 @@ command -v node >/dev/null || { echo "error: node (>= 20) is needed" >&2; exit 1
 }
 
 logdir="$(mktemp -d "${TMPDIR:-/tmp}/ds-bench-XXXXXX")"
-pids=()
-stop_servers() {
-    local pid
-    for pid in "${pids[@]+"${pids[@]}"}"; do
-        kill -TERM "$pid" 2>/dev/null || true
-    done
-    for pid in "${pids[@]+"${pids[@]}"}"; do
-        for _ in $(seq 1 100); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.05
-        done
-        kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-    done
-    pids=()
-}
-trap stop_servers EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+stop_servers_on_exit
 
 # Starts "$@" with its output in $logdir/$name.log, waits for its
 # `listening on http://...` line; sets $url and $pid.
@@ -79,17 +62,12 @@ start() {
     local name="$1"
     shift
     local log="$logdir/$name.log"
-    "$@" >"$log" 2>&1 &
-    pid=$!
-    pids+=("$pid")
-    url=""
-    for _ in $(seq 1 400); do
-        url="$(grep -m1 -o 'listening on http://[^[:space:]]*' "$log" | sed 's/^listening on //' || true)"
-        [ -n "$url" ] && break
-        kill -0 "$pid" 2>/dev/null || { echo "error: $name exited before listening:" >&2; cat "$log" >&2; exit 1; }
-        sleep 0.05
-    done
-    [ -n "$url" ] || { echo "error: $name printed no listening line within 20 s:" >&2; cat "$log" >&2; exit 1; }
+    start_server 20 "$log" "$@" || {
+        echo "error: $name $server_failure:" >&2
+        cat "$log" >&2
+        exit 1
+    }
+    url="$server_url" pid="$server_pid"
     echo "ds-bench: $name on $url (pid $pid, log $log): $*" >&2
 }
 

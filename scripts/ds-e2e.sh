@@ -31,6 +31,7 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+. "$root/scripts/lib/servers.sh"
 suite="$root/conformance"
 bin="$root/target/release/gapless-server"
 bin_given=0
@@ -56,49 +57,21 @@ if [ -z "$redis" ]; then
     exec bash "$root/scripts/with-redis.sh" bash "$root/scripts/ds-e2e.sh" --redis '{redis}' "${all_args[@]+"${all_args[@]}"}"
 fi
 
-command -v node >/dev/null && command -v npm >/dev/null || {
-    echo "error: node and npm are needed (Node >= 20)" >&2
-    exit 1
-}
-
+require_node_and_npm
 # The client, installed exactly from package-lock.json when node_modules is
 # missing or was installed from another lock file (as scripts/conformance.sh).
-stamp="$suite/node_modules/.gapless-lock.sha256"
-want="$(sha256sum "$suite/package-lock.json" | cut -d' ' -f1)"
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    echo "ds-e2e: npm ci in conformance/" >&2
-    (cd "$suite" && npm ci --no-audit --no-fund >&2)
-    echo "$want" > "$stamp"
-fi
+npm_ci_if_stale ds-e2e
 
 if [ ! -x "$bin" ]; then
     [ "$bin_given" = 0 ] || { echo "error: $bin is not an executable" >&2; exit 1; }
-    echo "ds-e2e: $bin is missing: cargo build --release -p gapless-server" >&2
-    (cd "$root" && cargo build --release -p gapless-server)
+    build_gapless_server "ds-e2e: $bin is missing"
 elif [ "$bin_given" = 0 ]; then
-    newer="$(find "$root/server/src" "$root/src" "$root/history" -name '*.rs' -newer "$bin" 2>/dev/null | head -n 1)"
-    [ -z "$newer" ] || echo "warning: $bin is older than ${newer#"$root"/} (not rebuilt here)" >&2
+    warn_if_older_than_sources "$bin" "not rebuilt here"
 fi
 
 logdir="$(mktemp -d "${TMPDIR:-/tmp}/ds-e2e-XXXXXX")"
-pids=()
 names=()
 status=0
-stop_servers() {
-    local pid
-    for pid in "${pids[@]+"${pids[@]}"}"; do
-        kill -TERM "$pid" 2>/dev/null || true
-    done
-    for pid in "${pids[@]+"${pids[@]}"}"; do
-        for _ in $(seq 1 100); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.05
-        done
-        kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-    done
-    pids=()
-}
 cleanup() {
     local code=$?
     stop_servers
@@ -113,9 +86,7 @@ cleanup() {
         rm -rf "$logdir"
     fi
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+stop_servers_on_exit cleanup
 
 # Starts instance $1 with its output in $logdir/$1.log and waits for its
 # `listening on http://...` line (printed after it connected to Redis);
@@ -124,19 +95,14 @@ start() {
     local name="$1"
     shift
     local log="$logdir/$name.log"
-    env RUST_LOG="${RUST_LOG:-warn}" "$@" >"$log" 2>&1 &
-    local pid=$!
-    pids+=("$pid")
     names+=("$name")
-    url=""
-    for _ in $(seq 1 600); do
-        url="$(grep -m1 -o 'listening on http://[^[:space:]]*' "$log" | sed 's/^listening on //' || true)"
-        [ -n "$url" ] && break
-        kill -0 "$pid" 2>/dev/null || { echo "error: instance $name exited before listening:" >&2; cat "$log" >&2; exit 1; }
-        sleep 0.05
-    done
-    [ -n "$url" ] || { echo "error: instance $name printed no listening line within 30 s:" >&2; cat "$log" >&2; exit 1; }
-    echo "ds-e2e: instance $name on $url (pid $pid)" >&2
+    start_server 30 "$log" env RUST_LOG="${RUST_LOG:-warn}" "$@" || {
+        echo "error: instance $name $server_failure:" >&2
+        cat "$log" >&2
+        exit 1
+    }
+    url="$server_url"
+    echo "ds-e2e: instance $name on $url (pid $server_pid)" >&2
 }
 
 server=("$bin" serve --addr 127.0.0.1:0 --redis "$redis" "${server_args[@]+"${server_args[@]}"}")
