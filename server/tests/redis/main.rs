@@ -33,4 +33,5 @@ mod redis_cluster;
 use gapless_history::test_support as redis_server;
 mod resume_anywhere;
 mod retention;
+mod streams;
 mod tls;
