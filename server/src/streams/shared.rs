@@ -289,6 +289,12 @@ impl<H: History> SharedStreams<H> {
             };
             view = View::of(snapshot)?;
         }
+        if view.soft_deleted() && view.forks() == 0 {
+            // Marked deleted, its last fork gone, but its log not deleted
+            // (Redis failed between the two steps): finish the removal.
+            self.purge(path, view.settings.forked_from.clone()).await?;
+            return Ok(None);
+        }
         if !view.soft_deleted() && view.expired(now_ms()) {
             self.remove(path, &view).await?;
             return Ok(None);
@@ -778,13 +784,25 @@ impl<H: History> SharedStreams<H> {
         if view.forks() > 0 {
             return Ok(true);
         }
-        let mut next = Some((path.to_owned(), view.settings.forked_from.clone()));
+        self.purge(path, view.settings.forked_from.clone()).await?;
+        Ok(true)
+    }
+
+    /// Deletes the log of the stream at `path` (marked deleted, with no
+    /// forks), then releases its source, and the source's when that was
+    /// its last fork, and so on.
+    async fn purge(&self, path: &str, source: Option<String>) -> Result<(), HistoryError> {
+        let mut next = Some((path.to_owned(), source));
         while let Some((path, source)) = next.take() {
-            self.history.delete(&log_of(&path)).await?;
-            let Some(source) = source else { break };
+            // Only the deleter that found the log releases its source:
+            // two purges of one stream never release it twice.
+            let deleted = self.history.delete(&log_of(&path)).await?;
+            let (true, Some(source)) = (deleted, source) else {
+                break;
+            };
             next = self.release_source(&source).await?;
         }
-        Ok(true)
+        Ok(())
     }
 
     /// Uncounts a fork of `source`; the source to delete next when it was
