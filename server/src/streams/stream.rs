@@ -15,7 +15,7 @@ use super::rules::{
 };
 use crate::admission::{Bounded, Held};
 use gapless::{Config, EmitError, ReplayError, Ring, SingleWriter, Writer};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
@@ -69,9 +69,10 @@ pub(crate) struct Chunk {
 struct Tail {
     /// Emits to the current ring.
     writer: Writer,
-    /// Messages and payload words on the current ring since it was made
-    /// (while it is smaller than the configured one).
-    events: usize,
+    /// The payload words of each message the current ring retains,
+    /// oldest first (its length is the messages retained)...
+    sizes: VecDeque<usize>,
+    /// ... and their sum: what the ring holds, which decides its growth.
     words: usize,
     /// The ring's share of the memory budget.
     memory: Held,
@@ -167,7 +168,7 @@ impl Stream {
         let memory = budget.take(footprint).ok_or(MakeError::MemoryBudget)?;
         let mut tail = Tail {
             writer,
-            events: 0,
+            sizes: VecDeque::new(),
             words: 0,
             memory,
             producers: HashMap::new(),
@@ -180,8 +181,7 @@ impl Stream {
                 len: payload.len(),
                 max,
             })?;
-            tail.events += 1;
-            tail.words += payload.len().div_ceil(8);
+            tail.held(payload.len().div_ceil(8));
         }
         let ring = Arc::clone(tail.writer.ring());
         let json = media_type(&new.settings.content_type) == "application/json";
@@ -387,7 +387,7 @@ impl Stream {
         // ring at its configured events (or bytes) evicts by them, as the
         // configured ring does, instead of being rebuilt per append.
         let full = self.full.geometry().ok();
-        let short_of_events = tail.events + 2 > geometry.events() / 2
+        let short_of_events = tail.sizes.len() + 2 > geometry.events() / 2
             && full.is_some_and(|full| geometry.events() < full.events());
         let short_of_bytes = ((tail.words + words) * 8 > geometry.bytes() / 2
             || payload.len() > geometry.max_payload())
@@ -406,8 +406,7 @@ impl Stream {
                 max,
             },
         })?;
-        tail.events += 1;
-        tail.words += words;
+        tail.held(words);
         Ok(())
     }
 
@@ -422,7 +421,7 @@ impl Stream {
         budget: &Arc<Bounded>,
     ) -> Result<(), AppendRefusal> {
         let held_bytes = tail.words * 8;
-        let config = ring_for(self.full, tail.events + 1, held_bytes + incoming, incoming)
+        let config = ring_for(self.full, tail.sizes.len() + 1, held_bytes + incoming, incoming)
             .start_after(old.first_retained().saturating_sub(1));
         if config.geometry().is_ok_and(|g| g == old.geometry()) {
             // Nothing larger to move to.
@@ -431,7 +430,7 @@ impl Stream {
         let footprint = footprint(&config).map_err(|_| AppendRefusal::MemoryBudget)?;
         let memory = budget.take(footprint).ok_or(AppendRefusal::MemoryBudget)?;
         let mut writer = Writer::try_new(config).map_err(|_| AppendRefusal::MemoryBudget)?;
-        let (mut events, mut words) = (0, 0);
+        let (mut sizes, mut words) = (VecDeque::new(), 0);
         let mut seq = old.first_retained();
         while seq <= old.published() {
             let batch = old
@@ -441,14 +440,14 @@ impl Stream {
                 writer
                     .emit(&event.payload)
                     .map_err(|_| AppendRefusal::MemoryBudget)?;
-                events += 1;
+                sizes.push_back(event.payload.len().div_ceil(8));
                 words += event.payload.len().div_ceil(8);
                 seq = event.seq + 1;
             }
         }
         *self.ring.lock().unwrap_or_else(PoisonError::into_inner) = Arc::clone(writer.ring());
         tail.writer = writer;
-        tail.events = events;
+        tail.sizes = sizes;
         tail.words = words;
         tail.memory = memory;
         Ok(())
@@ -511,6 +510,24 @@ impl Stream {
             ring_start: start_after,
             inherited,
         })
+    }
+}
+
+impl Tail {
+    /// Counts a message of `words` just emitted, and forgets those the
+    /// ring no longer retains: the counts are what the ring holds, not
+    /// what went through it.
+    fn held(&mut self, words: usize) {
+        self.sizes.push_back(words);
+        self.words += words;
+        let ring = self.writer.ring();
+        let retained = (ring.published() + 1).saturating_sub(ring.first_retained());
+        while self.sizes.len() as u64 > retained {
+            match self.sizes.pop_front() {
+                Some(dropped) => self.words -= dropped,
+                None => break,
+            }
+        }
     }
 }
 
