@@ -421,8 +421,13 @@ impl Stream {
         budget: &Arc<Bounded>,
     ) -> Result<(), AppendRefusal> {
         let held_bytes = tail.words * 8;
-        let config = ring_for(self.full, tail.sizes.len() + 1, held_bytes + incoming, incoming)
-            .start_after(old.first_retained().saturating_sub(1));
+        let config = ring_for(
+            self.full,
+            tail.sizes.len() + 1,
+            held_bytes + incoming,
+            incoming,
+        )
+        .start_after(old.first_retained().saturating_sub(1));
         if config.geometry().is_ok_and(|g| g == old.geometry()) {
             // Nothing larger to move to.
             return Ok(());
