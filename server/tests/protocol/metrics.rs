@@ -128,6 +128,7 @@ async fn every_metric_name_and_label_is_pinned() {
         ];
         let gauges = [
             "gapless_sessions",
+            "gapless_streams",
             "gapless_ring_memory_reserved_bytes",
             "gapless_ring_memory_budget_bytes",
             "gapless_emits_waiting",
