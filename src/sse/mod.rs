@@ -105,7 +105,7 @@ pub fn encode_unnumbered(
 /// use gapless::sse;
 /// let mut out = Vec::new();
 /// sse::encode_unnumbered_tight(&mut out, "data", b"a\n b")?;
-/// assert_eq!(String::from_utf8(out).unwrap(), "event:data\ndata:a\ndata:  b\n\n");
+/// assert_eq!(String::from_utf8(out).unwrap(), "event: data\ndata:a\ndata:  b\n\n");
 /// # Ok::<(), gapless::sse::SseError>(())
 /// ```
 ///
