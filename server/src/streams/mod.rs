@@ -12,6 +12,7 @@
 //! | `rules` | what decides an append: closure, `Stream-Seq`, idempotent producers |
 //! | `stream` | one stream: settings, ring, producers, closure |
 //! | `shared` | streams in the shared history (`--redis`): any instance serves any stream |
+//! | `shared_feed` | a live reader of a stream in the shared history |
 //! | `registry` | every stream: create, forks, delete, expiry, limits |
 //! | `feed` | what a read pages through and waits on: a local ring or the shared history |
 //!
@@ -24,6 +25,7 @@ pub(crate) mod offset;
 pub(crate) mod registry;
 pub(crate) mod rules;
 pub(crate) mod shared;
+pub(crate) mod shared_feed;
 pub(crate) mod stream;
 
 pub(crate) use registry::Streams;

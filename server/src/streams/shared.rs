@@ -19,18 +19,17 @@
 //! copies what it inherits into its own log in the same step that creates
 //! it (`init`): the log's seq `h` is the stream's seq `h + base`.
 
-use super::feed::{Feed, FeedEnd, Page, Started, PAGE_BYTES};
+use super::feed::PAGE_BYTES;
 use super::json_mode;
-use super::numbering::{Numbering, ReadRefusal};
-use super::offset::{Generations, Offset, Start};
+use super::numbering::Numbering;
+use super::offset::{Generations, Offset};
 use super::registry::CreateRefusal;
 use super::rules::{
     decide, AppendRefusal, AppendRequest, Appended, Decision, Producer, WriterState,
 };
+use super::shared_feed::SharedFeed;
 use super::stream::{media_type, Settings};
-use crate::history::{
-    Follower, Guard, History, HistoryError, Known, LogId, Meta, MetaUpdate, Snapshot,
-};
+use crate::history::{Guard, History, HistoryError, Known, LogId, Meta, MetaUpdate, Snapshot};
 use crate::ids::PublishKey;
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
@@ -69,8 +68,6 @@ mod field {
 
 /// Decisions retried at most on a meta that keeps changing under them.
 const DECIDE_TRIES: usize = 32;
-/// How often a live reader reads anyway, should an announcement be lost.
-const FOLLOW_POLL: Duration = Duration::from_secs(1);
 /// `Stream-TTL` access times are written at most this often.
 const ACCESS_RESOLUTION_MS: u64 = 1000;
 
@@ -103,19 +100,19 @@ fn unavailable(error: &HistoryError) -> AppendRefusal {
 /// One stream as one read of its log saw it.
 pub(crate) struct View {
     /// The log's epoch: the stream's own generation.
-    epoch: u64,
+    pub(super) epoch: u64,
     /// The log's last seq.
     log_published: u64,
     /// The stream's seq of the log's seq 0.
     base: u64,
     /// The stream's seqs `first_retained ..= published` are retained.
-    first_retained: u64,
-    published: u64,
+    pub(super) first_retained: u64,
+    pub(super) published: u64,
     pub(crate) settings: Settings,
     pub(crate) numbering: Numbering,
     meta: Meta,
     /// Events read with it, at the stream's seqs.
-    events: Vec<(u64, Bytes)>,
+    pub(super) events: Vec<(u64, Bytes)>,
 }
 
 impl View {
@@ -187,7 +184,7 @@ impl View {
         self.meta.get(field::INIT).is_none_or(|v| v == "done")
     }
 
-    fn json(&self) -> bool {
+    pub(super) fn json(&self) -> bool {
         media_type(&self.settings.content_type) == "application/json"
     }
 
@@ -270,7 +267,7 @@ impl<H: History> SharedStreams<H> {
     /// The stream at `path` with its events after its seq `after` (at most
     /// `max_bytes`), if it exists and has not expired (an expired one is
     /// deleted first).
-    async fn read(
+    pub(super) async fn read(
         &self,
         path: &str,
         after: u64,
@@ -308,7 +305,7 @@ impl<H: History> SharedStreams<H> {
     }
 
     /// Restarts a `Stream-TTL` stream's clock (at most once a second).
-    async fn touch(&self, path: &str, view: &View) {
+    pub(super) async fn touch(&self, path: &str, view: &View) {
         if view.settings.ttl_secs.is_none() {
             return;
         }
@@ -862,196 +859,6 @@ fn same_settings(view: &View, asked: &Settings, closed: bool) -> bool {
         && asked.fork_sub_offset == have.fork_sub_offset
 }
 
-/// A live reader of a stream in the shared history: it reads the log, and
-/// waits for the log's announcements (or [`FOLLOW_POLL`]).
-pub(crate) struct SharedFeed<H: History> {
-    shared: Arc<SharedStreams<H>>,
-    path: String,
-    follower: H::Follower,
-    /// The log's epoch when the read started: a read that finds another
-    /// ends (its cursor numbers the old epoch's messages).
-    epoch: Option<u64>,
-}
-
-impl<H: History> SharedFeed<H> {
-    fn ended(error: HistoryError) -> FeedEnd {
-        match error {
-            HistoryError::Gone => FeedEnd::Gone,
-            error => {
-                tracing::warn!(%error, "shared history (durable streams read)");
-                FeedEnd::Unavailable
-            }
-        }
-    }
-}
-
-impl<H: History> Feed for SharedFeed<H> {
-    async fn start(&mut self, start: Start) -> Result<Started, FeedEnd> {
-        let view = self
-            .shared
-            .look(&self.path)
-            .await
-            .map_err(Self::ended)?
-            .ok_or(FeedEnd::Gone)?;
-        if view.soft_deleted() {
-            return Err(FeedEnd::SoftDeleted);
-        }
-        self.shared.touch(&self.path, &view).await;
-        self.epoch = Some(view.epoch);
-        let cursor = view
-            .numbering
-            .cursor_of(start, view.first_retained, view.published)
-            .map_err(FeedEnd::Refused)?;
-        Ok(Started {
-            cursor,
-            content_type: view.settings.content_type.clone(),
-        })
-    }
-
-    async fn read(&mut self, cursor: u64) -> Result<Page, FeedEnd> {
-        let view = self
-            .shared
-            .read(&self.path, cursor, PAGE_BYTES)
-            .await
-            .map_err(Self::ended)?
-            .ok_or(FeedEnd::Gone)?;
-        if view.soft_deleted() {
-            return Err(FeedEnd::Gone);
-        }
-        // A live reader keeps a `Stream-TTL` stream (at most one write a
-        // second).
-        self.shared.touch(&self.path, &view).await;
-        let epoch = *self.epoch.get_or_insert(view.epoch);
-        if view.epoch != epoch {
-            // The history lost events and continues under a new epoch:
-            // the cursor's seqs are the old epoch's.
-            let at = Offset {
-                generation: epoch,
-                seq: cursor,
-            };
-            return Err(FeedEnd::Refused(view.numbering.gap(
-                at,
-                view.first_retained,
-                None,
-            )));
-        }
-        if cursor > view.published {
-            return Err(FeedEnd::Refused(ReadRefusal::NotAPosition));
-        }
-        if cursor < view.published && cursor + 1 < view.first_retained {
-            return Err(FeedEnd::Refused(view.numbering.gap(
-                view.numbering.offset_of(cursor),
-                view.first_retained,
-                Some(cursor),
-            )));
-        }
-        let mut page = Page {
-            cursor,
-            published: view.published,
-            closed: view.closed(),
-            json: view.json(),
-            content_type: view.settings.content_type.clone(),
-            numbering: view.numbering.clone(),
-            payloads: Vec::new(),
-        };
-        for (seq, payload) in view.events {
-            if seq != page.cursor + 1 {
-                break;
-            }
-            page.cursor = seq;
-            page.payloads.push(payload);
-        }
-        Ok(page)
-    }
-
-    async fn wait(&mut self, timeout: Duration) -> bool {
-        let slice = timeout.min(FOLLOW_POLL);
-        match tokio::time::timeout(slice, self.follower.changed()).await {
-            Ok(Some(_)) => true,
-            // No announcements any more: polls alone.
-            Ok(None) => {
-                tokio::time::sleep(slice).await;
-                slice < timeout
-            }
-            // A poll: read again. Only the whole timeout passing counts.
-            Err(_) => slice < timeout,
-        }
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::{field, log_of, SharedCreated, SharedStreams};
-    use crate::history::memory::MemoryHistory;
-    use crate::history::{Guard, History, Known};
-    use crate::streams::stream::Settings;
-    use std::sync::Arc;
-    use std::time::Duration;
-    use tokio::time::Instant;
-
-    fn settings() -> Settings {
-        Settings {
-            content_type: "text/plain".to_owned(),
-            ttl_secs: None,
-            expires_at: None,
-            forked_from: None,
-            fork_offset: None,
-            fork_sub_offset: 0,
-        }
-    }
-
-    /// A DELETE marks the stream, then deletes its log: when Redis fails
-    /// between the two, the next request that finds the mark (and no
-    /// forks) finishes the removal instead of answering `410` until the
-    /// keys expire.
-    #[tokio::test]
-    async fn a_stream_marked_deleted_whose_log_survived_is_finished_off() {
-        let history = Arc::new(MemoryHistory::new(64, 1 << 20));
-        let shared = SharedStreams::new(Arc::clone(&history), 1 << 20, Duration::from_secs(5));
-        let created = shared
-            .create("s", settings(), false, b"one", None)
-            .await
-            .expect("create");
-        assert!(matches!(created, SharedCreated::New(_)));
-        let log = log_of("s");
-        let snapshot = history
-            .after(&log, 0, 1 << 20)
-            .await
-            .expect("read")
-            .expect("the log");
-        // The mark alone, as a DELETE whose second step failed leaves it.
-        let mark = Guard {
-            set: vec![(field::DELETED.to_owned(), "1".to_owned())],
-            ..Guard::default()
-        };
-        let known = Known {
-            epoch: snapshot.epoch,
-            published: snapshot.published,
-        };
-        history
-            .append_guarded(
-                &log,
-                known,
-                &[],
-                &mark,
-                Instant::now() + Duration::from_secs(5),
-            )
-            .await
-            .expect("mark")
-            .expect("the guard holds");
-        assert!(shared.look("s").await.expect("look").is_none());
-        assert!(
-            history
-                .after(&log, 0, 1 << 20)
-                .await
-                .expect("read")
-                .is_none(),
-            "the log is deleted"
-        );
-        let again = shared
-            .create("s", settings(), false, b"two", None)
-            .await
-            .expect("the path is free again");
-        assert!(matches!(again, SharedCreated::New(_)));
-    }
-}
+#[path = "shared_tests.rs"]
+mod tests;
