@@ -28,7 +28,7 @@ use super::rules::{
     decide, AppendRefusal, AppendRequest, Appended, Decision, Producer, WriterState,
 };
 use super::shared_feed::SharedFeed;
-use super::stream::{media_type, Settings};
+use super::stream::{media_type, sub_offset_prefix, Settings};
 use crate::history::{Guard, History, HistoryError, Known, LogId, Meta, MetaUpdate, Snapshot};
 use crate::ids::PublishKey;
 use bytes::Bytes;
@@ -575,24 +575,7 @@ impl<H: History> SharedStreams<H> {
                 "no message after the fork offset",
             ));
         };
-        let sub = usize::try_from(sub).unwrap_or(usize::MAX);
-        if json {
-            let values = json_mode::values(&payload).ok_or(CreateRefusal::BadSubOffset(
-                "the source's JSON is unreadable",
-            ))?;
-            if sub > values.len() {
-                return Err(CreateRefusal::BadSubOffset(
-                    "the sub-offset is past the message's values",
-                ));
-            }
-            return Ok(values[..sub].join(",").into_bytes());
-        }
-        if sub > payload.len() {
-            return Err(CreateRefusal::BadSubOffset(
-                "the sub-offset is past the message's bytes",
-            ));
-        }
-        Ok(payload[..sub].to_vec())
+        sub_offset_prefix(&payload, sub, json).map_err(CreateRefusal::BadSubOffset)
     }
 
     /// Counts a new fork on `source`, unless it was deleted meanwhile.

@@ -465,19 +465,7 @@ impl Stream {
         let event = ring
             .read(seq + 1)
             .map_err(|_| "no retained message after the fork offset")?;
-        let sub = usize::try_from(sub).unwrap_or(usize::MAX);
-        if self.json {
-            let values =
-                json_mode::values(&event.payload).ok_or("the source's JSON is unreadable")?;
-            if sub > values.len() {
-                return Err("the sub-offset is past the message's values");
-            }
-            return Ok(values[..sub].join(",").into_bytes());
-        }
-        if sub > event.payload.len() {
-            return Err("the sub-offset is past the message's bytes");
-        }
-        Ok(event.payload[..sub].to_vec())
+        sub_offset_prefix(&event.payload, sub, self.json)
     }
 
     /// What a fork at `offset` inherits.
@@ -548,6 +536,28 @@ pub(crate) struct ForkPoint {
     pub(crate) ring_start: u64,
     /// The retained messages up to the fork offset.
     pub(crate) inherited: Vec<bytes::Bytes>,
+}
+
+/// The first `sub` JSON values (JSON mode) or bytes of `payload`: the
+/// prefix a fork's `Stream-Fork-Sub-Offset` takes of the message after
+/// its fork offset.
+pub(crate) fn sub_offset_prefix(
+    payload: &[u8],
+    sub: u64,
+    json: bool,
+) -> Result<Vec<u8>, &'static str> {
+    let sub = usize::try_from(sub).unwrap_or(usize::MAX);
+    if json {
+        let values = json_mode::values(payload).ok_or("the source's JSON is unreadable")?;
+        if sub > values.len() {
+            return Err("the sub-offset is past the message's values");
+        }
+        return Ok(values[..sub].join(",").into_bytes());
+    }
+    if sub > payload.len() {
+        return Err("the sub-offset is past the message's bytes");
+    }
+    Ok(payload[..sub].to_vec())
 }
 
 /// A ring for `events` messages of `bytes` payload bytes in all, the
