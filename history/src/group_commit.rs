@@ -94,6 +94,40 @@ pub(crate) struct Pending {
 /// appended at ([`REFUSED`]: its guard did not hold).
 pub(crate) type Answer = Result<(u64, u64), HistoryError>;
 
+/// Adds one log's batch to a call of the append script, after the log's
+/// keys and ID, in the order `append.lua` reads them: the epoch and
+/// `published` the caller knows, the epoch to continue under, the
+/// payloads, the guard's expected fields and the fields it sets. Every
+/// caller of the script builds its arguments here, so a change of the
+/// layout changes them all.
+pub fn push_batch_args<P: AsRef<[u8]>>(
+    invocation: &mut redis::ScriptInvocation<'_>,
+    known: Known,
+    next_epoch: u64,
+    payloads: &[P],
+    guard: &Guard,
+) {
+    invocation
+        .arg(format!("{:016x}", known.epoch))
+        .arg(known.published)
+        .arg(format!("{next_epoch:016x}"))
+        .arg(payloads.len());
+    for payload in payloads {
+        invocation.arg(payload.as_ref());
+    }
+    invocation.arg(guard.expect.len());
+    for (name, value) in &guard.expect {
+        match value {
+            Some(value) => invocation.arg(name).arg("1").arg(value),
+            None => invocation.arg(name).arg("0").arg(""),
+        };
+    }
+    invocation.arg(guard.set.len());
+    for (name, value) in &guard.set {
+        invocation.arg(name).arg(value);
+    }
+}
+
 /// The answer of a batch whose guard did not hold: nothing written. (No
 /// appended batch is answered epoch 0: epochs are never 0.)
 pub(crate) const REFUSED: (u64, u64) = (0, 0);
@@ -349,32 +383,19 @@ async fn commit(
             .key(&keys.meta)
             .key(&keys.stream)
             .key(&keys.sizes)
-            .arg(pending.id.to_string())
-            .arg(format!("{:016x}", pending.known.epoch))
-            .arg(pending.known.published)
-            .arg(format!(
-                "{:016x}",
-                pending
-                    .guard
-                    .next_epoch
-                    .filter(|epoch| *epoch != 0)
-                    .unwrap_or_else(|| gapless::epoch::random().get())
-            ))
-            .arg(pending.payloads.len());
-        for payload in &pending.payloads {
-            invocation.arg(payload.as_ref());
-        }
-        invocation.arg(pending.guard.expect.len());
-        for (name, value) in &pending.guard.expect {
-            match value {
-                Some(value) => invocation.arg(name).arg("1").arg(value),
-                None => invocation.arg(name).arg("0").arg(""),
-            };
-        }
-        invocation.arg(pending.guard.set.len());
-        for (name, value) in &pending.guard.set {
-            invocation.arg(name).arg(value);
-        }
+            .arg(pending.id.to_string());
+        let next_epoch = pending
+            .guard
+            .next_epoch
+            .filter(|epoch| *epoch != 0)
+            .unwrap_or_else(|| gapless::epoch::random().get());
+        push_batch_args(
+            &mut invocation,
+            pending.known,
+            next_epoch,
+            &pending.payloads,
+            &pending.guard,
+        );
     }
     let reply: Value = bounded(config.timeout, invocation.invoke_async(&mut connection)).await?;
     let Value::Array(results) = reply else {

@@ -73,7 +73,7 @@ mod reply;
 pub mod test_support;
 
 pub use config::HistoryConfig;
-pub use group_commit::{Spawner, Task};
+pub use group_commit::{push_batch_args, Spawner, Task};
 pub use ids::{LogId, LogKind};
 pub use notify::{Change, Followed};
 pub use redis_history::{RedisHistory, APPEND_SCRIPT, READ_BYTES};

@@ -236,18 +236,24 @@ pub async fn probe_redis(
             .arg(ring_bytes)
             .arg(600_000)
             .arg("1")
-            .arg(&id)
-            .arg("0123456789abcdef")
-            .arg(appended)
-            .arg("fedcba9876543210")
-            .arg(batch);
-        for _ in 0..batch {
-            invocation.arg(&body);
-        }
+            .arg(&id);
+        let known = gapless_history::Known {
+            epoch: 0x0123_4567_89ab_cdef,
+            published: appended as u64,
+        };
+        let batch = vec![&body[..]; batch];
+        let guard = gapless_history::Guard::default();
+        gapless_history::push_batch_args(
+            &mut invocation,
+            known,
+            0xfedc_ba98_7654_3210,
+            &batch,
+            &guard,
+        );
         invocation
             .invoke_async::<redis::Value>(&mut connection)
             .await?;
-        appended += batch;
+        appended += batch.len();
     }
     let usage = |key: &str| {
         redis::cmd("MEMORY")
