@@ -190,7 +190,8 @@ fn six_emitters_on_a_64_event_ring_lose_nothing() {
 
 #[test]
 fn three_emitters_on_1024_events_lose_nothing() {
-    // The shape that lost events under the old protocol (issue 9).
+    // The shape that lost events under the old emit protocol (before an
+    // emitter waited at the wrap instead of dropping its event).
     run(Config::default().events(1024).bytes(256 << 10), 3);
 }
 

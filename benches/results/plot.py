@@ -93,7 +93,8 @@ THREADS = ["1t", "2t", "4t"]
 EMIT_EVENTS = 4096
 RECORD_ROOM = 64
 
-# Issue 19's targets: gapless ÷ Mutex<VecDeque> speed, one emitter.
+# This round's targets (the round of engine work that sized rings as configured
+# and copies payloads in bulk): gapless ÷ Mutex<VecDeque> speed, one emitter.
 SHARED_GOALS = {"64B": 1.5, "256B": 1.2, "1KiB": 1.0}
 WRITER_GOALS = {"64B": 2.5, "256B": 1.5, "1KiB": 1.2}
 # Shared emit ÷ the plain memcpy ring of the same size.
@@ -440,7 +441,7 @@ def emit_tables(table):
           "events × 32 + bytes; allocated = counted by benches/footprint.rs.\n")
     print("| payload | gapless | gapless Writer | Mutex<VecDeque> | broadcast | ArrayQueue | memcpy ring "
           "| gapless ÷ VecDeque | Writer ÷ VecDeque | gapless ÷ memcpy ring | Writer ÷ memcpy ring "
-          "| ring bytes configured | ring bytes allocated | allocated ÷ configured | targets (issue 19) |")
+          "| ring bytes configured | ring bytes allocated | allocated ÷ configured | this round's targets |")
     print("| --- |" + " ---: |" * 13 + " --- |")
     for size in SIZES:
         g = f"emit/1t/{size}"
@@ -472,7 +473,7 @@ def emit_tables(table):
 
     print("### Emit throughput, several emitters (million emits/s, median)\n")
     print("| emitters | payload | gapless | Mutex<VecDeque> | broadcast | ArrayQueue "
-          "| gapless ÷ VecDeque | gapless ÷ broadcast | gapless ÷ ArrayQueue | target (issue 19) |")
+          "| gapless ÷ VecDeque | gapless ÷ broadcast | gapless ÷ ArrayQueue | this round's target |")
     print("| --- | --- |" + " ---: |" * 7 + " --- |")
     for t in THREADS[1:]:
         for size in MULTI_SIZES:
@@ -655,7 +656,7 @@ def targets(table):
         sign = "≤" if at_most else "≥"
         print(f"| {name} | {sign} {goal:g} | {fmt(value)} | {verdict(value, goal, at_most)} |")
 
-    print("### Targets (issue 19)\n")
+    print("### This round's targets\n")
     print("| target | goal | measured | |")
     print("| --- | ---: | ---: | --- |")
     for size, goal in SHARED_GOALS.items():
@@ -684,7 +685,7 @@ def targets(table):
     check(f"allocated ÷ configured bytes, worst of {len(ratios)} rings",
           max(ratios) if ratios else None, FOOTPRINT_GOAL, at_most=True)
     print()
-    print("### Earlier targets (issue 9 and before, not restated by issue 19)\n")
+    print("### Earlier targets (set by earlier rounds, not restated by this one)\n")
     print("| target | goal | measured | |")
     print("| --- | ---: | ---: | --- |")
     check("2 emitters, 64B: gapless ÷ Mutex<VecDeque>",

@@ -149,7 +149,7 @@ async fn catch_up_from_a_dropped_offset(mode: Mode) {
     stop(server).await;
 }
 
-/// Issue item 2, guarantee 1: a catch-up read from an offset whose data
+/// Guarantee 1: a catch-up read from an offset whose data
 /// retention dropped is `410` with exactly `{"error":"gap_not_covered",
 /// "offset":O,"earliest_offset":E,"evicted":N}`, where a read from `E`
 /// returns the first retained message and `N` counts the appends dropped
