@@ -5,13 +5,22 @@ Files read:
   * every Markdown file of the repository (README.md, BENCHMARKS.md,
     docs/**/*.md, the crates' READMEs and notes), and
   * the `//!` and `///` doc comments of every `.rs` file under src/, server/,
-    client/, integrations/, benches/, loom-tests/, fuzz/, examples/, tests/.
-  Files are those git knows (tracked, or new and not ignored), so target/ and
-  other build output are never read. Fenced code blocks (``` or ~~~) are
-  skipped: they hold commands and code, not citations.
+    client/, integrations/, benches/, loom-tests/, fuzz/, examples/, tests/,
+    and
+  * the comments (`# ...`, whole-line or after a value; a `#` inside a
+    string is not one) of every Cargo.toml (the workspace's, its members',
+    and those of the crates outside it: fuzz/, python/).
+  Files are those git knows (tracked, or new and not ignored), so target/,
+  node_modules/ and other build output are never read. Fenced code blocks
+  (``` or ~~~) are skipped: they hold commands and code, not citations.
 
 A citation is the text of an inline code span (`like/this.rs`) or the target
-of a Markdown link ([text](like/this.md), [label]: like/this.md), after:
+of a Markdown link ([text](like/this.md), [label]: like/this.md). A Cargo.toml
+comment cites paths in plain words too (`# The example server
+(examples/progress_server.rs).`), so there each word outside a code span that
+holds a `/` or ends in a known extension is also a citation, stripped of the
+brackets, quotes and punctuation around it and of a possessive `'s`
+(`src/lib.rs's` cites src/lib.rs). Every citation is taken after:
   * cutting a `#anchor`, a `::item` path (`error.rs::ApiError::into_response`
     cites `error.rs`) and a line suffix (`:12`, `:12:5`, `:12-40`, `:12,30`);
   * trimming trailing punctuation (`.,;:!?)`) and a leading `./`.
@@ -84,6 +93,8 @@ REFERENCE_DEF = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s|$)", re.M)
 # single capital letter (a document's abbreviation for such a tree).
 FOREIGN = re.compile(r"^(?:[A-Z]|[A-Za-z][A-Za-z0-9_.+]*(?:-[A-Za-z][A-Za-z0-9_+]*)*-\d+(?:\.\d+)+)$")
 DOC_LINE = re.compile(r"^\s*//([/!])(?!/)(.*)$")
+# A plain word of a Cargo.toml comment: what surrounds a path in prose.
+WORD_EDGES = "([{<\"'" + TRAILING + "]}>"
 
 
 def repository_files():
@@ -98,7 +109,7 @@ def repository_files():
         # No git (an unpacked archive): walk the tree, minus build output.
         names = []
         for top, dirs, files in os.walk(ROOT):
-            dirs[:] = [d for d in dirs if d not in (".git", "target")]
+            dirs[:] = [d for d in dirs if d not in (".git", "target", "node_modules")]
             rel = os.path.relpath(top, ROOT)
             names += [os.path.normpath(os.path.join(rel, f)) for f in files]
     return sorted({n for n in names if os.path.isfile(os.path.join(ROOT, n))})
@@ -115,6 +126,42 @@ def crate_root(rel_file, manifests):
         d = os.path.dirname(d)
 
 
+def is_manifest(rel_file):
+    return os.path.basename(rel_file) == "Cargo.toml"
+
+
+def toml_comments(lines):
+    """Each line's comment text (after its `#`), "" for a line without one.
+
+    A `#` inside a TOML string ("basic", 'literal', or a multi-line one of
+    either kind, which may run over several lines) starts no comment.
+    """
+    out, quote = [], None  # quote: the delimiter of the string still open
+    for line in lines:
+        comment, i = "", 0
+        while i < len(line):
+            if quote:
+                if quote[0] == '"' and line[i] == "\\":
+                    i += 2
+                    continue
+                if line.startswith(quote, i):
+                    i, quote = i + len(quote), None
+                    continue
+                i += 1
+            elif line[i] == "#":
+                comment = line[i + 1:]
+                break
+            elif line[i] in "\"'":
+                quote = line[i] * 3 if line.startswith(line[i] * 3, i) else line[i]
+                i += len(quote)
+            else:
+                i += 1
+        if quote and len(quote) == 1:
+            quote = None  # a one-line string never runs past its line
+        out.append(comment)
+    return out
+
+
 def doc_text(rel_file, text):
     """The text readers see, line for line, with everything else blanked.
 
@@ -124,6 +171,8 @@ def doc_text(rel_file, text):
     lines = text.split("\n")
     if rel_file.endswith(".rs"):
         lines = [(m.group(2) if m else "") for m in map(DOC_LINE.match, lines)]
+    elif is_manifest(rel_file):
+        return toml_comments(lines)
     in_fence, fence = False, None
     for i, line in enumerate(lines):
         m = FENCE.match(line)
@@ -148,8 +197,9 @@ def paragraphs(lines):
             start, block = None, []
 
 
-def citations(lines):
-    """(line number, raw citation) for every code span and link target."""
+def citations(lines, plain_words=False):
+    """(line number, raw citation) for every code span and link target, and
+    with plain_words (a Cargo.toml's comments) every path-like plain word."""
     for start, para in paragraphs(lines):
         found = []
         for m in CODE_SPAN.finditer(para):
@@ -160,6 +210,13 @@ def citations(lines):
             found.append((m.start(1), m.group(1)))
         for m in REFERENCE_DEF.finditer(bare):
             found.append((m.start(1), m.group(1)))
+        if plain_words:
+            for m in re.finditer(r"\S+", bare):
+                word = m.group(0).strip(WORD_EDGES)
+                if word.endswith("'s"):
+                    word = word[:-2]
+                if "/" in word or word.endswith(EXTENSIONS):
+                    found.append((m.start(), word))
         for offset, raw in found:
             yield start + para.count("\n", 0, offset), raw
 
@@ -224,6 +281,7 @@ def main():
         f for f in files
         if f.endswith(".md")
         or (f.endswith(".rs") and f.split("/", 1)[0] in RUST_DIRS)
+        or is_manifest(f)
     ]
     checked, failures = 0, []
     for rel_file in readers:
@@ -231,7 +289,7 @@ def main():
             lines = doc_text(rel_file, fh.read())
         here = os.path.dirname(rel_file)
         crate = crate_root(rel_file, manifests)
-        for line_no, raw in citations(lines):
+        for line_no, raw in citations(lines, plain_words=is_manifest(rel_file)):
             path = normalize(raw)
             paths = [path] if path else [p for p in map(normalize, command_words(raw)) if p]
             for path in paths:
