@@ -107,7 +107,18 @@ impl RedisServer {
                 }
             }
             if self.pings() {
-                return true;
+                // Another process may hold the port (taken since it was
+                // free, or since a restart's kill): the server that
+                // answers must be this child.
+                let ours = self.child.as_ref().map(Child::id);
+                let answering = self.process_id();
+                if answering.is_some() && answering == ours {
+                    return true;
+                }
+                if answering.is_some() {
+                    self.kill();
+                    return false;
+                }
             }
             std::thread::sleep(Duration::from_millis(20)); // polling, bounded
         }
@@ -128,6 +139,36 @@ impl RedisServer {
         }
         let mut reply = [0u8; 7];
         tcp.read_exact(&mut reply).is_ok() && &reply == b"+PONG\r\n"
+    }
+
+    /// The `process_id` Redis on the port reports in `INFO server` (`None`
+    /// if nothing answers it within half a second).
+    pub fn process_id(&self) -> Option<u32> {
+        let mut tcp = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        tcp.set_read_timeout(Some(Duration::from_millis(500)))
+            .ok()?;
+        tcp.write_all(b"INFO server\r\n").ok()?;
+        // A bulk reply: `$<length>\r\n<text>\r\n`.
+        let mut reply = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let read = tcp.read(&mut chunk).ok()?;
+            if read == 0 {
+                return None;
+            }
+            reply.extend_from_slice(&chunk[..read]);
+            let text = String::from_utf8_lossy(&reply);
+            let Some((header, body)) = text.split_once("\r\n") else {
+                continue;
+            };
+            let length: usize = header.strip_prefix('$')?.parse().ok()?;
+            if body.len() >= length {
+                return body[..length]
+                    .lines()
+                    .find_map(|line| line.strip_prefix("process_id:"))
+                    .and_then(|pid| pid.trim().parse().ok());
+            }
+        }
     }
 
     /// SIGKILL: Redis is gone, its port refuses connections.
@@ -159,12 +200,15 @@ impl RedisServer {
     /// Starts Redis again on the same port and directory (after `kill`):
     /// with [`Persistence::Always`] it reloads every write it acknowledged,
     /// with [`Persistence::None`] what the last `SAVE` wrote (`dump.rdb`).
+    /// Fails the test if another process took the port meanwhile (never
+    /// a test run against someone else's Redis).
     pub fn restart(&mut self) {
         self.kill();
         assert!(
             self.spawn(),
-            "redis-server did not restart on port {}",
-            self.port
+            "redis-server did not restart on port {}: another process holds it (pid {:?})",
+            self.port,
+            self.process_id()
         );
     }
 
@@ -233,4 +277,47 @@ pub fn unique() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
     NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_restart_that_finds_its_port_taken_fails_instead_of_using_the_other_server() {
+        let mut server = RedisServer::start(Persistence::None);
+        let port = server.port();
+        assert_eq!(
+            server.process_id(),
+            server.child.as_ref().map(Child::id),
+            "the server answering is the one started"
+        );
+        server.kill();
+        // Someone else's Redis takes the port between the kill and the
+        // restart.
+        let mut other = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--logfile", ""])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server");
+        let deadline = Instant::now() + STARTUP;
+        while !server.pings() {
+            assert!(
+                Instant::now() < deadline,
+                "the other redis-server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20)); // polling, bounded
+        }
+        let restarted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| server.restart()));
+        let _ = other.kill();
+        let _ = other.wait();
+        let message = restarted.expect_err("a restart onto a taken port must fail");
+        let message = message
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .unwrap_or_default();
+        assert!(message.contains("another process holds it"), "{message}");
+    }
 }
