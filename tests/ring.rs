@@ -6,6 +6,8 @@ use gapless::{
 use std::num::NonZeroU64;
 use std::sync::Arc;
 
+mod watchdog;
+
 /// The default config, shrunk under Miri (which interprets every atomic
 /// word of a 1 MiB arena).
 fn roomy() -> Config {
@@ -239,26 +241,38 @@ fn follower_yields_everything_in_order_across_threads() {
             .events(count as usize)
             .bytes(count as usize * 16),
     ));
-    let mut follower = Follower::new(Arc::clone(&ring), 0);
-    let emitter = {
+    let follow = {
         let ring = Arc::clone(&ring);
-        std::thread::spawn(move || {
-            for i in 0..count {
-                ring.emit(&i.to_le_bytes()).unwrap();
+        move || {
+            let mut follower = Follower::new(Arc::clone(&ring), 0);
+            let emitter = {
+                let ring = Arc::clone(&ring);
+                std::thread::spawn(move || {
+                    for i in 0..count {
+                        ring.emit(&i.to_le_bytes()).unwrap();
+                    }
+                })
+            };
+            let mut next = 1;
+            while next <= u64::from(count) {
+                // A lost wake-up leaves this waiting: the watchdog fails
+                // the test once the emitter is done and nothing moves.
+                for event in follower.wait().unwrap() {
+                    assert_eq!(event.seq, next);
+                    assert_eq!(&event.payload[..], &((next - 1) as u32).to_le_bytes());
+                    next += 1;
+                }
             }
-        })
-    };
-    let mut next = 1;
-    while next <= u64::from(count) {
-        for event in follower.wait().unwrap() {
-            assert_eq!(event.seq, next);
-            assert_eq!(&event.payload[..], &((next - 1) as u32).to_le_bytes());
-            next += 1;
+            emitter.join().unwrap();
+            assert_eq!(follower.cursor(), u64::from(count));
+            assert_eq!(follower.try_next(), Ok(vec![]));
         }
-    }
-    emitter.join().unwrap();
-    assert_eq!(follower.cursor(), u64::from(count));
-    assert_eq!(follower.try_next(), Ok(vec![]));
+    };
+    let published = {
+        let ring = Arc::clone(&ring);
+        move || ring.published()
+    };
+    watchdog::watched("follower across threads", published, follow);
 }
 
 #[test]
@@ -355,68 +369,79 @@ fn rings_stores_and_followers_cross_threads() {
 #[test]
 fn replays_within_the_reserve_succeed_while_an_emitter_is_stalled() {
     let ring = Arc::new(Ring::new(Config::default().events(8).bytes(1024)));
-    let g = ring.geometry();
-    assert_eq!(
-        (g.events(), g.stalled_retained_events(), g.window()),
-        (8, 4, 4)
-    );
-    for i in 1..=8u8 {
-        ring.emit(&[i]).unwrap();
-    }
-    let (claimed_tx, claimed_rx) = std::sync::mpsc::channel();
-    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
-    let stalled = {
+    let progress = {
         let ring = Arc::clone(&ring);
-        std::thread::spawn(move || {
-            ring.emit_with_hook(&[9], |seq| {
-                claimed_tx.send(seq).unwrap();
-                release_rx.recv().unwrap();
-            })
-        })
-    };
-    assert_eq!(claimed_rx.recv().unwrap(), 9);
-    // Seqs 10..=12 are within the window of the watermark (8): no wait.
-    for i in 10..=12u8 {
-        assert_eq!(ring.emit(&[i]), Ok(u64::from(i)));
-    }
-    assert_eq!(ring.published(), 8, "the watermark cannot pass seq 9");
-    let reserve = |ring: &Ring| {
-        let events = ring.replay_after(4).expect("the reserve is retained");
-        assert_eq!(seqs(&events), [5, 6, 7, 8]);
-        for event in &events {
-            assert_eq!(&event.payload[..], &[event.seq as u8]);
+        move || {
+            let stats = ring.stats();
+            stats.claimed + stats.published
         }
     };
-    reserve(&ring);
-    // Seq 4's slot went to seq 12: outside the reserve, honestly a gap.
-    assert!(matches!(ring.replay_after(3), Err(ReplayError::Gap(g)) if g.first_retained == 5));
-    // Seq 13 is a window ahead of the watermark: its emitter waits.
-    let waiting = {
-        let ring = Arc::clone(&ring);
-        std::thread::spawn(move || ring.emit(&[13]))
-    };
-    // Observe the wait (polling, not sleeping); an emitter that did not
-    // wait finishes instead, and the assertion below says so.
-    while ring.stats().waiting_emitters == 0 && !waiting.is_finished() {
-        std::thread::yield_now();
-    }
-    assert_eq!(
-        ring.stats().waiting_emitters,
-        1,
-        "seq 13 did not wait at the wrap"
-    );
-    reserve(&ring);
-    assert_eq!(ring.published(), 8);
-    release_tx.send(()).unwrap();
-    assert_eq!(stalled.join().unwrap(), Ok(9));
-    assert_eq!(waiting.join().unwrap(), Ok(13));
-    let stats = ring.stats();
-    assert_eq!((stats.published, stats.claimed), (13, 13));
-    assert_eq!((stats.wrap_waits, stats.waiting_emitters), (1, 0));
-    assert_eq!(
-        seqs(&ring.replay_after(5).unwrap()),
-        (6..=13).collect::<Vec<_>>()
-    );
+    // An emitter that waits at the wrap and is never woken leaves this
+    // stuck: the watchdog fails it.
+    watchdog::watched("an emitter stalled in its claim", progress, move || {
+        let g = ring.geometry();
+        assert_eq!(
+            (g.events(), g.stalled_retained_events(), g.window()),
+            (8, 4, 4)
+        );
+        for i in 1..=8u8 {
+            ring.emit(&[i]).unwrap();
+        }
+        let (claimed_tx, claimed_rx) = std::sync::mpsc::channel();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let stalled = {
+            let ring = Arc::clone(&ring);
+            std::thread::spawn(move || {
+                ring.emit_with_hook(&[9], |seq| {
+                    claimed_tx.send(seq).unwrap();
+                    release_rx.recv().unwrap();
+                })
+            })
+        };
+        assert_eq!(claimed_rx.recv().unwrap(), 9);
+        // Seqs 10..=12 are within the window of the watermark (8): no wait.
+        for i in 10..=12u8 {
+            assert_eq!(ring.emit(&[i]), Ok(u64::from(i)));
+        }
+        assert_eq!(ring.published(), 8, "the watermark cannot pass seq 9");
+        let reserve = |ring: &Ring| {
+            let events = ring.replay_after(4).expect("the reserve is retained");
+            assert_eq!(seqs(&events), [5, 6, 7, 8]);
+            for event in &events {
+                assert_eq!(&event.payload[..], &[event.seq as u8]);
+            }
+        };
+        reserve(&ring);
+        // Seq 4's slot went to seq 12: outside the reserve, honestly a gap.
+        assert!(matches!(ring.replay_after(3), Err(ReplayError::Gap(g)) if g.first_retained == 5));
+        // Seq 13 is a window ahead of the watermark: its emitter waits.
+        let waiting = {
+            let ring = Arc::clone(&ring);
+            std::thread::spawn(move || ring.emit(&[13]))
+        };
+        // Observe the wait (polling, not sleeping); an emitter that did not
+        // wait finishes instead, and the assertion below says so.
+        while ring.stats().waiting_emitters == 0 && !waiting.is_finished() {
+            std::thread::yield_now();
+        }
+        assert_eq!(
+            ring.stats().waiting_emitters,
+            1,
+            "seq 13 did not wait at the wrap"
+        );
+        reserve(&ring);
+        assert_eq!(ring.published(), 8);
+        release_tx.send(()).unwrap();
+        assert_eq!(stalled.join().unwrap(), Ok(9));
+        assert_eq!(waiting.join().unwrap(), Ok(13));
+        let stats = ring.stats();
+        assert_eq!((stats.published, stats.claimed), (13, 13));
+        assert_eq!((stats.wrap_waits, stats.waiting_emitters), (1, 0));
+        assert_eq!(
+            seqs(&ring.replay_after(5).unwrap()),
+            (6..=13).collect::<Vec<_>>()
+        );
+    });
 }
 
 /// The claim-to-commit window cannot be broken by a panic: a hook that

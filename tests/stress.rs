@@ -9,6 +9,10 @@
 //! seq is accounted for: each was handed to exactly one emitter, and every
 //! event a reader saw carried the payload that seq's emitter passed.
 //!
+//! Each run is watched ([`watchdog`]): an emitter that waits forever at
+//! the wrap, or a wake-up that is lost, fails the test by name once no
+//! emit has been claimed or published for a minute.
+//!
 //! `GAPLESS_STRESS_EVENTS` sets the total (default 300k in release, 30k in
 //! debug, 3k under Miri).
 
@@ -16,6 +20,8 @@ use gapless::{Config, Coverage, Event, ReadError, ReplayError, Ring};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+
+mod watchdog;
 
 /// The most emitters a run uses.
 const EMITTERS: u64 = 6;
@@ -185,14 +191,22 @@ fn reader(ring: &Ring, done: &AtomicBool, lagging: bool) -> ReaderTally {
 fn six_emitters_on_a_64_event_ring_lose_nothing() {
     // A window of 32 seqs for six emitters on two cores: emitters outrun
     // descheduled ones constantly and must wait, never drop.
-    run(Config::default().events(64).bytes(16 << 10), 6);
+    run(
+        "six emitters, 64 events",
+        Config::default().events(64).bytes(16 << 10),
+        6,
+    );
 }
 
 #[test]
 fn three_emitters_on_1024_events_lose_nothing() {
     // The shape that lost events under the old emit protocol (before an
     // emitter waited at the wrap instead of dropping its event).
-    run(Config::default().events(1024).bytes(256 << 10), 3);
+    run(
+        "three emitters, 1024 events",
+        Config::default().events(1024).bytes(256 << 10),
+        3,
+    );
 }
 
 #[test]
@@ -201,30 +215,38 @@ fn four_emitters_on_a_non_power_of_two_ring_lose_nothing() {
     // slots are not spread, and the arena wraps every ~17 records, so
     // eviction by bytes, records split at the arena's end and the slot
     // wrap all happen under four racing emitters and two readers.
-    run(Config::default().events(61).bytes(3001), 4);
+    run(
+        "four emitters, 61 events",
+        Config::default().events(61).bytes(3001),
+        4,
+    );
 }
 
 #[test]
 fn roomy_ring_readers_keep_up_and_see_every_event_intact() {
     if cfg!(miri) {
         // Miri interprets every word: a ring 64x the small one is enough.
-        run(Config::default().events(1 << 12).bytes(1 << 20), 3);
+        run(
+            "roomy ring",
+            Config::default().events(1 << 12).bytes(1 << 20),
+            3,
+        );
     } else {
-        run(Config::default().events(1 << 14).bytes(4 << 20), 3);
+        run(
+            "roomy ring",
+            Config::default().events(1 << 14).bytes(4 << 20),
+            3,
+        );
     }
 }
 
-fn run(config: Config, emitters: u64) {
-    assert!(emitters <= EMITTERS);
-    let total = total_events();
-    let per_emitter = total / emitters;
-    let ring = Arc::new(Ring::new(config));
+/// `emitters` emitters of `per_emitter` events each and [`READERS`]
+/// readers on `ring` at once: each emitter's seqs, each reader's tally.
+fn race(ring: &Ring, emitters: u64, per_emitter: u64) -> (Vec<Vec<u64>>, Vec<ReaderTally>) {
     let done = AtomicBool::new(false);
-
-    let (emitted, tallies) = std::thread::scope(|s| {
+    std::thread::scope(|s| {
         let emitters: Vec<_> = (0..emitters)
             .map(|emitter| {
-                let ring = &ring;
                 s.spawn(move || {
                     (0..per_emitter)
                         .map(|counter| match ring.emit(&payload(emitter, counter)) {
@@ -237,7 +259,7 @@ fn run(config: Config, emitters: u64) {
             .collect();
         let readers: Vec<_> = (0..READERS)
             .map(|r| {
-                let (ring, done) = (&ring, &done);
+                let done = &done;
                 s.spawn(move || reader(ring, done, r == 1))
             })
             .collect();
@@ -245,7 +267,26 @@ fn run(config: Config, emitters: u64) {
         done.store(true, Ordering::Release);
         let tallies: Vec<_> = readers.into_iter().map(|h| h.join().unwrap()).collect();
         (emitted, tallies)
-    });
+    })
+}
+
+fn run(name: &str, config: Config, emitters: u64) {
+    assert!(emitters <= EMITTERS);
+    let total = total_events();
+    let per_emitter = total / emitters;
+    let ring = Arc::new(Ring::new(config));
+    let progress = {
+        let ring = Arc::clone(&ring);
+        move || {
+            let stats = ring.stats();
+            stats.claimed + stats.published
+        }
+    };
+    let work = {
+        let ring = Arc::clone(&ring);
+        move || race(&ring, emitters, per_emitter)
+    };
+    let (emitted, tallies) = watchdog::watched(name, progress, work);
 
     // Every seq handed out exactly once, each emitter's in increasing order.
     let mut owner: HashMap<u64, (u64, u64)> = HashMap::new();
