@@ -18,12 +18,22 @@ pub const RECOVERY: Duration = Duration::from_secs(20);
 pub trait Deployment {
     /// The `serve` flags that name it.
     fn flags(&self) -> Vec<String>;
+
+    /// The instances' `--redis-timeout`, in seconds, unless a test sets
+    /// one.
+    fn redis_timeout(&self) -> &'static str;
 }
 
 impl Deployment for RedisServer {
     /// `--redis URL`.
     fn flags(&self) -> Vec<String> {
         vec!["--redis".into(), self.url()]
+    }
+
+    /// 1 s: the failover tests kill and pause this Redis, and wait for
+    /// the instances to answer 503 within their bound.
+    fn redis_timeout(&self) -> &'static str {
+        "1"
     }
 }
 
@@ -32,15 +42,23 @@ impl Deployment for RedisCluster {
     fn flags(&self) -> Vec<String> {
         vec!["--redis-cluster".into(), self.urls().join(",")]
     }
+
+    /// 10 s: no cluster test takes a node down, so a node stalled by the
+    /// machine (three Redis processes and two instances on two cores, a
+    /// disk flush) must slow a test, never fail it.
+    fn redis_timeout(&self) -> &'static str {
+        "10"
+    }
 }
 
-/// An instance of `gapless-server serve` over `redis` with a 1 s Redis
-/// deadline (unless `extra` sets one) and `extra` flags.
+/// An instance of `gapless-server serve` over `redis` with its
+/// [`Deployment::redis_timeout`] (unless `extra` sets one) and `extra`
+/// flags.
 pub async fn instance(redis: &impl Deployment, extra: &[&str]) -> (ChildGuard, Client) {
     let flags = redis.flags();
     let mut args: Vec<&str> = flags.iter().map(String::as_str).collect();
     if !extra.contains(&"--redis-timeout") {
-        args.extend(["--redis-timeout", "1"]);
+        args.extend(["--redis-timeout", redis.redis_timeout()]);
     }
     args.extend_from_slice(extra);
     launch(&args, &[]).await
