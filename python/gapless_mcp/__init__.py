@@ -15,7 +15,7 @@ Use it in a server::
 """
 
 from ._engine import Coverage, Event, Follower, Ring
-from .errors import AheadError, ConfigError, GapError, GaplessError, TooLargeError, UnknownSessionError
+from .errors import AheadError, ConfigError, GapError, GaplessError, SequenceError, TooLargeError, UnknownSessionError
 from .store import (
     EVENTS_LOST,
     TESTED_MCP_VERSIONS,
@@ -39,6 +39,7 @@ __all__ = [
     "GaplessEventStore",
     "GaplessSessionStore",
     "Ring",
+    "SequenceError",
     "StreamLimits",
     "TooLargeError",
     "UnknownSessionError",

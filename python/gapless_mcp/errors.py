@@ -66,3 +66,26 @@ class AheadError(GaplessError):
         super().__init__(f"cursor {cursor} is beyond what the ring published ({published})")
         self.cursor = cursor
         self.published = published
+
+
+class SequenceError(GaplessError, RuntimeError):
+    """``GaplessEventStore``: a stream's ring numbered an event leaving the
+    stream's window other than the seq its id was given (or a replay found
+    the window's events not right after the ring's). The store cannot serve
+    that stream exactly, so it frees it (a resume with one of its ids is
+    foreign) rather than misnumber, skip or repeat an event.
+
+    Attributes:
+        stream: the stream's event id prefix (``<key>.<epoch>-``).
+        expected: the seq expected (the one the event's id has).
+        got: the seq found (the one the ring gave it, or the next one held).
+    """
+
+    def __init__(self, stream: str, expected: int, got: int) -> None:
+        super().__init__(
+            f"stream {stream}: seq {expected} expected where the window meets the ring, {got} found; "
+            "the stream is freed rather than served with an event misnumbered, skipped or repeated"
+        )
+        self.stream = stream
+        self.expected = expected
+        self.got = got

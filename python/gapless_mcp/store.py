@@ -30,6 +30,24 @@ replay needs none of this: its cursor's key names the stream.
 Streams are freed on their own (:class:`StreamLimits`: 10,000 at most, 10
 minutes idle, 60 s after a request's response); a resume with an id of a
 freed stream is foreign. One store serves one event loop.
+
+Each stream's newest events are kept in a *window*, as the messages the SDK
+passed, with their seqs handed out ahead of the ring: an event's JSON goes
+into the ring only when it leaves the window, so a short request stream,
+freed after its grace, is never serialized at all (but for a message whose
+size the store does not estimate, serialized at once to count it). The
+window holds at most 64 events (no more than the ring's events) and an
+eighth of the ring's bytes, counted as the JSON each event will take,
+estimated without serializing (``_estimate``: exact for plain ASCII text,
+numbers counted at their longest; escaped or non-ASCII text takes up to 6
+times its estimate); a message larger than that goes to the ring at once,
+after every older event. The window keeps the very objects the SDK passed
+(as the SDK's example store does; the SDK does not change a message it
+sent). A replay and the live follow read the ring, then the window. The
+ring numbers every event that leaves the window with the seq its id was
+given, or the store raises :class:`~gapless_mcp.errors.SequenceError` and
+frees the stream: never a silent misnumbering. A stream holds what its
+ring's sizes say, give or take its window.
 """
 
 from __future__ import annotations
@@ -42,6 +60,7 @@ import time
 import weakref
 from importlib import metadata
 from collections import deque
+from itertools import islice
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -59,12 +78,13 @@ from mcp_types import (
     JSONRPCError,
     JSONRPCMessage,
     JSONRPCNotification,
+    JSONRPCRequest,
     JSONRPCResponse,
     jsonrpc_message_adapter,
 )
 
 from ._engine import Ring
-from .errors import AheadError, GapError, TooLargeError, UnknownSessionError
+from .errors import GapError, SequenceError, TooLargeError, UnknownSessionError
 
 EVENTS_LOST = -32010
 """The JSON-RPC error code of every signal: a server-defined code that
@@ -96,19 +116,22 @@ STANDALONE_STREAM = "_GET_stream"
 """The SDK's id of a session's standalone (GET) stream, which has no
 response: a replay of it follows until the client goes away."""
 
-# Parsed messages a stream keeps at most (besides their JSON in the ring),
-# newest first: a replay of recent events (the common resume: a client cut
-# moments ago) sends them instead of parsing their JSON back.
-_RECENT_EVENTS = 64
+# The window (see the module's docstring): events a stream keeps as
+# messages at most (never more than its ring's events), and the share of
+# its ring's bytes they may take, counted as estimated JSON. A replay of
+# recent events (the common resume: a client cut moments ago) sends them as
+# they are, and a stream that ends within them is never serialized.
+_WINDOW_EVENTS = 64
+_WINDOW_SHARE = 8  # ring bytes // 8
 
 _ID = re.compile(r"([0-9a-f]{32})\.([0-9a-f]{16})-(0|[1-9][0-9]{0,19})")
 _U64_MAX = (1 << 64) - 1
+_I64_MIN = -(1 << 63)
 
 # Records (the first byte of what a ring holds): a message is its JSON
 # (an object, so it starts with `{`); anything else is a short marker, so
 # that seqs stay dense, one record per event id handed out.
 _PRIMING = b""
-_CLOSED = b"C"
 _LOST = b"L"
 
 
@@ -146,7 +169,7 @@ class StreamLimits:
         return max(min(self.idle, self.completed_grace) / 4, 0.01)
 
 
-@dataclass
+@dataclass(slots=True, eq=False)
 class _Stream:
     key: str
     stream_id: str
@@ -155,8 +178,12 @@ class _Stream:
     slot: tuple[int, str]
     ring: Ring
     touched: float
+    # The window's bounds: events, and estimated JSON bytes.
+    window_events: int
+    window_budget: int
     completed: float | None = None
-    # The seq of the stream's response or error, once stored.
+    # The seq of the stream's response or error, once stored: always the
+    # stream's last event (a store after it starts a stream of its own).
     terminal_seq: int | None = None
     # The affected request: its response's or error's id, else the token of
     # its first progress notification (the official clients use the
@@ -166,35 +193,25 @@ class _Stream:
     # Set by the next store, for the replays waiting on it (made by the
     # first replay that waits: a store nobody follows makes none).
     wake: anyio.Event | None = None
-    # Every event id of the stream but its seq, formatted once.
+    # The ring's epoch in hex, and every event id of the stream but its
+    # seq, formatted once.
+    epoch: str = ""
     prefix: str = ""
-    # The newest messages, parsed: (seq, JSON length, message), seqs
-    # increasing; at most _RECENT_EVENTS and `recent_budget` bytes of JSON.
-    recent: deque = field(default_factory=deque)
-    recent_bytes: int = 0
-    recent_budget: int = 0
-
-    def remember(self, seq: int, length: int, message: JSONRPCMessage) -> None:
-        if length > self.recent_budget:
-            return
-        self.recent.append((seq, length, message))
-        self.recent_bytes += length
-        while len(self.recent) > _RECENT_EVENTS or self.recent_bytes > self.recent_budget:
-            _, dropped, _ = self.recent.popleft()
-            self.recent_bytes -= dropped
-
-    def recall(self, seq: int) -> JSONRPCMessage | None:
-        if not self.recent or seq < self.recent[0][0]:
-            return None
-        # Dense from the oldest kept, unless a priming event or a
-        # placeholder came between: then look for it.
-        index = seq - self.recent[0][0]
-        if index < len(self.recent) and self.recent[index][0] == seq:
-            return self.recent[index][2]
-        return next((message for at, _, message in self.recent if at == seq), None)
+    # The last seq handed out: the ring holds 1 ..= published - len(window)
+    # (what it still retains of them), the window the rest.
+    published: int = 0
+    # The newest events, not yet in the ring: (seq, the EventMessage a
+    # replay sends or None for a priming event, estimated JSON bytes, the
+    # JSON if it was serialized already), seqs dense and increasing, the
+    # first one `ring.published + 1`.
+    window: deque = field(default_factory=deque)
+    window_bytes: int = 0
+    # Freed: replays following it end after what they have.
+    closed: bool = False
 
     def __post_init__(self) -> None:
-        self.prefix = f"{self.key}.{self.ring.epoch:016x}-"
+        self.epoch = f"{self.ring.epoch:016x}"
+        self.prefix = f"{self.key}.{self.epoch}-"
 
     def event_id(self, seq: int) -> str:
         return self.prefix + str(seq)
@@ -203,6 +220,36 @@ class _Stream:
     def request_id(self) -> str | int | None:
         return self.response_id if self.response_id is not None else self.progress_id
 
+    def spill(self) -> None:
+        """Moves the window's oldest events into the ring until the window
+        is within its bounds.
+
+        Raises:
+            SequenceError: the ring numbered an event other than its id
+                says (the stream can no longer be served exactly).
+        """
+        window = self.window
+        while window and (len(window) > self.window_events or self.window_bytes > self.window_budget):
+            seq, sent, size, payload = window[0]
+            if sent is None:
+                payload = _PRIMING
+            elif payload is None:
+                try:
+                    payload = _json(sent.message)
+                except ValueError:
+                    # Not serializable (what `_estimate` accepts always is,
+                    # but for a lone surrogate in a string): a replay
+                    # reports it lost, as one too large.
+                    payload = _LOST
+            try:
+                at = self.ring.emit(payload)
+            except TooLargeError as too_large:
+                at = self.ring.emit(_LOST + str(too_large.length).encode())
+            if at != seq:
+                raise SequenceError(self.prefix, seq, at)
+            window.popleft()
+            self.window_bytes -= size
+
     def notify(self) -> None:
         """Wakes every replay waiting for this stream's next event."""
         if self.wake is not None:
@@ -210,11 +257,105 @@ class _Stream:
             self.wake = None
 
     def waiter(self) -> anyio.Event:
-        """What the next store sets: take it before reading the ring, so
-        that nothing stored after the read is missed."""
+        """What the next store (or the stream's end) sets: take it with no
+        await since reading what the stream holds, so that nothing stored
+        after the read is missed."""
         if self.wake is None:
             self.wake = anyio.Event()
         return self.wake
+
+
+def _json(message: JSONRPCMessage) -> bytes:
+    """The message's JSON, as the SDK sends it
+    (``model_dump_json(by_alias=True, exclude_unset=True)``, without the
+    str round trip)."""
+    return message.__pydantic_serializer__.to_json(message, by_alias=True, exclude_unset=True)
+
+
+# JSON bytes a number, a bool or null takes at most in `_estimate` (an int
+# within 64 bits takes 20, a float's shortest repr 24), and how deep it
+# walks before it gives up.
+_NUMBER = 24
+_ESTIMATE_DEPTH = 16
+
+
+def _estimate(message: JSONRPCMessage) -> int:
+    """The bytes of the message's JSON, estimated without serializing it;
+    -1 when the message is not of the plain shapes estimated (then the
+    store serializes it at once, and counts its exact length).
+
+    The estimate is exact for ASCII text that JSON does not escape, and
+    counts every number, bool or null as 24 bytes; a string with characters
+    JSON escapes takes up to 6 times its length (``\\u00XX``), UTF-8 up to
+    4 bytes a character, so the JSON is at most 6 times the estimate. A
+    request, notification or response whose params or result are dicts,
+    lists, strings, ints within 64 bits, floats, bools and nulls (at most
+    16 deep) is estimated; anything else (an error, a model inside the
+    params, a subclass) is not."""
+    kind = type(message)
+    if kind is JSONRPCNotification:
+        body = message.params
+        size = 40 + len(message.method)
+    elif kind is JSONRPCResponse:
+        body = message.result
+        size = 33 + (len(message.id) + 2 if type(message.id) is str else _NUMBER)
+    elif kind is JSONRPCRequest:
+        body = message.params
+        size = 48 + len(message.method) + (len(message.id) + 2 if type(message.id) is str else _NUMBER)
+    else:
+        return -1
+    inner = _value_estimate(body, 0)
+    return -1 if inner < 0 else size + inner
+
+
+def _value_estimate(value: object, depth: int) -> int:
+    """``_estimate`` of one JSON value; -1 when not plain JSON data."""
+    kind = type(value)
+    if kind is dict:
+        if depth >= _ESTIMATE_DEPTH:
+            return -1
+        size = 2
+        for key, item in value.items():  # type: ignore[attr-defined]
+            if type(key) is not str:
+                return -1
+            kind = type(item)
+            if kind is str:
+                size += len(key) + len(item) + 6
+            elif kind is int:
+                if not _I64_MIN <= item <= _U64_MAX:
+                    return -1
+                size += len(key) + 4 + _NUMBER
+            elif kind is float or kind is bool or item is None:
+                size += len(key) + 4 + _NUMBER
+            else:
+                inner = _value_estimate(item, depth + 1)
+                if inner < 0:
+                    return -1
+                size += len(key) + 4 + inner
+        return size
+    if kind is list or kind is tuple:
+        if depth >= _ESTIMATE_DEPTH:
+            return -1
+        size = 2
+        for item in value:  # type: ignore[attr-defined]
+            kind = type(item)
+            if kind is str:
+                size += len(item) + 3
+            elif kind is float or kind is bool or item is None:
+                size += _NUMBER + 1
+            else:
+                inner = _value_estimate(item, depth + 1)
+                if inner < 0:
+                    return -1
+                size += inner + 1
+        return size
+    if kind is str:
+        return len(value) + 2  # type: ignore[arg-type]
+    if kind is int:
+        return _NUMBER if _I64_MIN <= value <= _U64_MAX else -1  # type: ignore[operator]
+    if kind is float or kind is bool or value is None:
+        return _NUMBER
+    return -1
 
 
 class GaplessEventStore(EventStore):
@@ -229,9 +370,13 @@ class GaplessEventStore(EventStore):
 
     Args:
         ring_events, ring_bytes: the ring of each request stream (a call's
-            progress and result).
+            progress and result). Each stream also keeps its newest events
+            in a window before they go to the ring: at most
+            ``min(64, ring_events)`` events and ``ring_bytes // 8`` bytes of
+            estimated JSON (see the module's docstring).
         standalone_events, standalone_bytes: the ring of a session's
-            standalone stream (what the server pushes between calls).
+            standalone stream (what the server pushes between calls), and
+            its window, bounded the same way.
         limits: when streams are freed on their own (:class:`StreamLimits`).
         clock: seconds, monotonic (tests pass their own).
     """
@@ -263,6 +408,16 @@ class GaplessEventStore(EventStore):
         self._sessions: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
         self._next_session = 1
 
+    @property
+    def limits(self) -> StreamLimits:
+        """When streams are freed on their own."""
+        return self._limits
+
+    @limits.setter
+    def limits(self, limits: StreamLimits) -> None:
+        self._limits = limits
+        self._sweep_period = limits.sweep_period
+
     def for_session(self, name: str | None = None) -> GaplessSessionStore:
         """An ``EventStore`` for one session (one SDK transport) on this
         store's rings and limits: what it stores is keyed by this session,
@@ -287,7 +442,9 @@ class GaplessEventStore(EventStore):
     def ring(self, stream_id: StreamId, session: object) -> Ring | None:
         """The ring of the SDK's stream ``stream_id`` of ``session`` (the
         SDK transport that stored it, or a :class:`GaplessSessionStore` of
-        this store), if it has one."""
+        this store), if it has one. It holds the events that left the
+        stream's window: its ``published`` is the last seq handed out less
+        the events still in the window."""
         stream = self._by_stream.get((self._number(session), stream_id))
         return stream.ring if stream else None
 
@@ -355,15 +512,10 @@ class GaplessEventStore(EventStore):
             return False
         if self._by_stream.get(stream.slot) is stream:
             del self._by_stream[stream.slot]
-        # Ends live replays of it (a record of its own, so seqs stay dense).
-        stream.ring.emit(_CLOSED)
+        # Ends live replays of it, after what it holds.
+        stream.closed = True
         stream.notify()
         return True
-
-    def _maybe_sweep(self, now: float) -> None:
-        if now - self._last_sweep >= self.limits.sweep_period:
-            self._last_sweep = now
-            self.sweep(now)
 
     def _make_room(self, now: float) -> None:
         cap = self.limits.max_streams
@@ -381,14 +533,12 @@ class GaplessEventStore(EventStore):
             self._free(stream)
 
     def _stream(self, stream_id: str, number: int, now: float) -> _Stream:
+        """A new stream for ``stream_id`` of the session ``number``: the
+        first, or the next after a request stream that ended with its
+        response (the SDK reuses a request's id as the stream id of a later
+        request, which starts a stream of its own; the ended one keeps its
+        ring for its grace, reachable by its ids)."""
         slot = (number, stream_id)
-        stream = self._by_stream.get(slot)
-        if stream is not None and stream.terminal_seq is None:
-            return stream
-        # New, or a request stream that ended with its response: the SDK
-        # reuses a request's id as the stream id of a later request, which
-        # starts a stream of its own (the ended one keeps its ring for its
-        # grace, reachable by its ids).
         self._make_room(now)
         events, size = self._standalone if stream_id == STANDALONE_STREAM else self._request
         stream = _Stream(
@@ -397,7 +547,8 @@ class GaplessEventStore(EventStore):
             slot=slot,
             ring=Ring(events, size),
             touched=now,
-            recent_budget=size // 8,
+            window_events=min(_WINDOW_EVENTS, events),
+            window_budget=size // _WINDOW_SHARE,
         )
         self._by_stream[slot] = stream
         self._by_key[stream.key] = stream
@@ -407,9 +558,10 @@ class GaplessEventStore(EventStore):
 
     async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
         """Stores one event of ``stream_id`` of the SDK transport calling
-        and returns its id. A message larger than the ring takes is stored
-        as a placeholder that a replay reports as lost (the live send still
-        carries the message).
+        and returns its id. A message larger than the ring takes goes into
+        the ring, when it leaves the window, as a placeholder that a replay
+        from the ring reports as lost (the live send still carries the
+        message; one larger than the window takes leaves it at once).
 
         Raises:
             UnknownSessionError: no SDK transport is calling (nothing is
@@ -422,39 +574,56 @@ class GaplessEventStore(EventStore):
 
     def _store(self, stream_id: str, message: JSONRPCMessage | None, number: int) -> EventId:
         """Stores one event of the stream ``stream_id`` of the session
-        ``number``."""
+        ``number``: into the stream's window, with the next seq (see the
+        module's docstring); the window's oldest events go to the ring."""
         now = self._clock()
-        self._maybe_sweep(now)
-        stream = self._stream(stream_id, number, now)
+        if now - self._last_sweep >= self._sweep_period:
+            self._last_sweep = now
+            self.sweep(now)
+        stream = self._by_stream.get((number, stream_id))
+        if stream is None or stream.terminal_seq is not None:
+            stream = self._stream(stream_id, number, now)
         stream.touched = now
+        seq = stream.published + 1
+        event_id = stream.prefix + str(seq)
+        payload = None
         if message is None:
-            payload = _PRIMING
+            size = 0
         else:
-            payload = message.model_dump_json(by_alias=True, exclude_unset=True).encode()
-            self._learn(stream, message, now)
-        try:
-            seq = stream.ring.emit(payload)
-        except TooLargeError as too_large:
-            seq = stream.ring.emit(_LOST + str(too_large.length).encode())
-        else:
-            if message is not None:
-                stream.remember(seq, len(payload), message)
-        if isinstance(message, (JSONRPCResponse, JSONRPCError)) and stream.terminal_seq is None:
-            stream.terminal_seq = seq
-        stream.notify()
-        return stream.event_id(seq)
+            size = _estimate(message)
+            if size < 0:
+                payload = _json(message)
+                size = len(payload)
+            self._learn(stream, message, seq, now)
+        stream.published = seq
+        window = stream.window
+        window.append((seq, None if message is None else EventMessage(message, event_id), size, payload))
+        stream.window_bytes += size
+        if len(window) > stream.window_events or stream.window_bytes > stream.window_budget:
+            try:
+                stream.spill()
+            except SequenceError:
+                # Its ids can no longer be served exactly: a resume with
+                # one is foreign from now on.
+                self._free(stream)
+                raise
+        if stream.wake is not None:
+            stream.notify()
+        return event_id
 
     @staticmethod
-    def _learn(stream: _Stream, message: JSONRPCMessage, now: float) -> None:
+    def _learn(stream: _Stream, message: JSONRPCMessage, seq: int, now: float) -> None:
         if isinstance(message, (JSONRPCResponse, JSONRPCError)):
             if message.id is not None and stream.response_id is None:
                 stream.response_id = message.id
             if stream.completed is None:
                 stream.completed = now
+            if stream.terminal_seq is None:
+                stream.terminal_seq = seq
         elif (
-            isinstance(message, JSONRPCNotification)
+            stream.progress_id is None
+            and isinstance(message, JSONRPCNotification)
             and message.method == "notifications/progress"
-            and stream.progress_id is None
             and isinstance(message.params, dict)
         ):
             token = message.params.get("progressToken")
@@ -472,7 +641,10 @@ class GaplessEventStore(EventStore):
         replay and a registration can be missed).
         """
         match = _ID.fullmatch(last_event_id)
-        if match is None or int(match.group(3)) > _U64_MAX:
+        if match is not None:
+            key, epoch, seq = match.groups()
+            cursor = int(seq)
+        if match is None or cursor > _U64_MAX:
             await self._signal(
                 send_callback,
                 reason="malformed_cursor",
@@ -481,13 +653,14 @@ class GaplessEventStore(EventStore):
                 detail="the cursor is not an event id of this server",
             )
             return None
-        key, epoch, cursor = match.group(1), int(match.group(2), 16), int(match.group(3))
         now = self._clock()
-        self._maybe_sweep(now)
+        if now - self._last_sweep >= self._sweep_period:
+            self._last_sweep = now
+            self.sweep(now)
         stream = self._by_key.get(key)
         if stream is not None:
             stream.touched = now
-        if stream is None or stream.ring.epoch != epoch:
+        if stream is None or stream.epoch != epoch:
             await self._signal(
                 send_callback,
                 reason="foreign_cursor",
@@ -496,68 +669,96 @@ class GaplessEventStore(EventStore):
                 detail=(
                     "the cursor names a stream this server does not hold (another server process, or a freed stream)"
                     if stream is None
-                    else f"the cursor is from another incarnation of the stream (epoch {epoch:016x}, now {stream.ring.epoch:016x})"
+                    else f"the cursor is from another incarnation of the stream (epoch {epoch}, now {stream.epoch})"
                 ),
             )
             return None
         if stream.terminal_seq is not None and cursor >= stream.terminal_seq:
             # The cursor is the response (or past it): nothing follows.
             return None
-        last_id = last_event_id
+        if cursor > stream.published:
+            await self._signal(
+                send_callback,
+                reason="foreign_cursor",
+                last_event_id=last_event_id,
+                cursor=cursor,
+                detail=f"cursor {cursor} is beyond what the stream published ({stream.published})",
+            )
+            return None
+        resumed_at = cursor
         while True:
-            wake = stream.waiter()
-            try:
-                events = stream.ring.replay_after(cursor)
-            except GapError as gap:
-                await self._signal(
-                    send_callback,
-                    reason="gap_not_covered",
-                    last_event_id=last_id,
-                    cursor=gap.cursor,
-                    first_retained=gap.first_retained,
-                    evicted=gap.evicted,
-                    request_id=stream.request_id,
-                    detail=str(gap),
-                )
-                return None
-            except AheadError as ahead:
-                await self._signal(
-                    send_callback,
-                    reason="foreign_cursor",
-                    last_event_id=last_id,
-                    cursor=ahead.cursor,
-                    detail=str(ahead),
-                )
-                return None
-            for event in events:
-                record = event.data
-                event_id = stream.event_id(event.seq)
-                if record == _CLOSED:
+            # What the stream holds after the cursor, read at once (no await
+            # until both parts are taken): the ring's events up to the
+            # window, then the window's.
+            window = stream.window
+            first_in_window = stream.published - len(window) + 1
+            if cursor + 1 < first_in_window:
+                try:
+                    events = stream.ring.replay_after(cursor)
+                except GapError as gap:
+                    await self._signal(
+                        send_callback,
+                        reason="gap_not_covered",
+                        last_event_id=last_event_id if cursor == resumed_at else stream.event_id(cursor),
+                        cursor=gap.cursor,
+                        first_retained=gap.first_retained,
+                        evicted=gap.evicted,
+                        request_id=stream.request_id,
+                        detail=str(gap),
+                    )
                     return None
-                if record.startswith(b"{"):
-                    message = stream.recall(event.seq)
-                    if message is None:
-                        message = jsonrpc_message_adapter.validate_json(record, by_name=False)
-                    await send_callback(EventMessage(message, event_id))
-                    cursor, last_id = event.seq, event_id
-                    if isinstance(message, (JSONRPCResponse, JSONRPCError)):
-                        return None
-                elif record == _PRIMING:
-                    # A priming event: nothing for the client but its id.
-                    cursor, last_id = event.seq, event_id
-                else:
+                after = events[-1].seq
+                entries = list(window)
+            else:
+                events = ()
+                after = cursor
+                skip = cursor + 1 - first_in_window
+                entries = list(islice(window, skip, None)) if skip else list(window)
+            # The window's part starts right after the ring's (or the
+            # cursor): it always does, and if it ever did not, the stream is
+            # freed (a resume with its ids is foreign from now on) rather
+            # than served with an event skipped or sent twice.
+            next_seq = entries[0][0] if entries else stream.published + 1
+            if next_seq != after + 1:
+                self._free(stream)
+                raise SequenceError(stream.prefix, after + 1, next_seq)
+            for event in events:
+                seq, record = event.seq, event.data
+                if record[:1] == b"{":
+                    message = jsonrpc_message_adapter.validate_json(record, by_name=False)
+                    await send_callback(EventMessage(message, stream.event_id(seq)))
+                elif record != _PRIMING:  # a priming event: nothing for the client but its id
                     length = int(record[1:]) if record[:1] == _LOST and record[1:].isdigit() else 0
                     await self._signal(
                         send_callback,
                         reason="lost_event",
-                        last_event_id=last_id,
+                        last_event_id=last_event_id if cursor == resumed_at else stream.event_id(cursor),
                         cursor=cursor,
-                        lost=(event.seq, length),
+                        lost=(seq, length),
                         request_id=stream.request_id,
-                        detail=f"event {event.seq} after cursor {cursor} was larger than the ring holds ({length} bytes) and was not stored",
+                        detail=(
+                            f"event {seq} after cursor {cursor} was larger than the ring holds ({length} bytes) and was not stored"
+                            if length
+                            else f"event {seq} after cursor {cursor} could not be serialized and was not stored"
+                        ),
                     )
                     return None
-            await wake.wait()
+                cursor = seq
+            for entry in entries:
+                sent = entry[1]
+                if sent is not None:  # else a priming event
+                    await send_callback(sent)
+            if entries:
+                cursor = entries[-1][0]
+            if stream.terminal_seq is not None and cursor >= stream.terminal_seq:
+                # The response or error, the stream's last event, is sent.
+                return None
+            if cursor == stream.published:
+                if stream.closed:
+                    return None
+                # Nothing more yet: taken with no await since the check,
+                # so the next store sets it.
+                await stream.waiter().wait()
 
     @staticmethod
     async def _signal(
