@@ -34,7 +34,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n== %s\n' "$*"; }
+# Each step prints the seconds since the script started: where CI's time
+# goes (its cap is 45 minutes from a cold build on 2 cores).
+step() { printf '\n== [%d s] %s\n' "$SECONDS" "$*"; }
 
 step "the official MCP Python client for gapless-rmcp's tests"
 GAPLESS_MCP_PYTHON="$(scripts/mcp-venv.sh)"
@@ -90,3 +92,5 @@ FUZZ_SECONDS="${FUZZ_SECONDS:-45}" scripts/fuzz.sh
 
 step "the Python package (gapless_mcp)"
 scripts/python-tests.sh
+
+step "all tests passed"
