@@ -24,6 +24,25 @@
 //!
 //! `examples/progress_server.rs` is a complete server.
 //!
+//! ## MCP protocol eras
+//!
+//! This is the resumption of MCP's 2025-11-25 wire, which rmcp 3.11 and the
+//! official clients still speak. The 2026-07-28 revision removed it
+//! (SEP-2575: no SSE event ids or `Last-Event-ID`; a closed response stream
+//! cancels its request; durable work moves to the Tasks extension, which is
+//! polled and has no cursor). rmcp 3.11 serves a 2026-07-28 request
+//! statelessly and, given an event store, still stores its events, sends
+//! their ids and replays them after a `Last-Event-ID`. Measured with the
+//! official Python client (`mcp==2.3.0`) in its default `mode="auto"`: it
+//! negotiates 2026-07-28 with rmcp (in legacy session mode or stateless),
+//! and after a cut it resumes with `Last-Event-ID` through this store and
+//! gets every notification once, then the result (`tests/official_client/`,
+//! the `_auto` tests). A client that follows the 2026-07-28 revision to the
+//! letter sends no `Last-Event-ID`; for it the store holds events that no
+//! one replays, until [`StreamLimits`] frees them. The official Python SDK's
+//! own server differs: it sends no ids to a 2026-07-28 client and never
+//! calls its event store for one (the package `gapless_mcp`).
+//!
 //! ## Several instances: the shared store
 //!
 //! ```no_run
