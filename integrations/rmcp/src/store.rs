@@ -293,7 +293,7 @@ impl GaplessEventStore {
         // a guessable key.
         let (key, _) = self
             .streams
-            .get_or_try_insert_with(stream_id.to_owned(), StreamKey::random)?;
+            .get_or_try_insert_with(stream_id.to_owned(), crate::id::random_key)?;
         let (entry, _) = infallible(self.rings.get_or_try_insert_with(*key, || {
             // The stream's kind, decided once: from here on its entry says.
             let kind = StreamKind::of(stream_id);

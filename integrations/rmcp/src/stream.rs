@@ -351,7 +351,8 @@ impl StreamEntry {
                 window: Window {
                     bound: window,
                     first: 1,
-                    held: VecDeque::new(),
+                    // One allocation for a short stream's window.
+                    held: VecDeque::with_capacity(window.min(DEFAULT_WINDOW)),
                     wakers: Vec::new(),
                     closed: false,
                 },
