@@ -10,6 +10,7 @@ use gapless::id::RandomSourceError;
 use gapless::{Config, ConfigError, Coverage, Ring, Store};
 use rmcp::transport::streamable_http_server::session::ServerSseMessage;
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,6 +36,10 @@ pub struct GaplessEventStore {
     streams: Store<String, StreamKey>,
     /// Stream key → its ring and what the store learned.
     rings: Store<StreamKey, StreamEntry>,
+    /// The entries of `rings`, counted as they are inserted and removed:
+    /// the quick check of [`make_room`](Self::make_room), which reads
+    /// every shard (`rings.len()`) only once this reaches the cap.
+    count: AtomicUsize,
     /// With [`with_history`](Self::with_history): the Redis that request
     /// streams are stored in and replayed from on every instance.
     pub(crate) shared: Option<Arc<crate::shared::SharedHistory>>,
@@ -68,6 +73,7 @@ impl GaplessEventStore {
             clock: Clock::new(),
             streams: Store::default(),
             rings: Store::default(),
+            count: AtomicUsize::new(0),
             shared: None,
             follow_poll: crate::shared::DEFAULT_FOLLOW_POLL,
         })
@@ -149,7 +155,7 @@ impl GaplessEventStore {
     /// the cap at once so a flood of new streams does not scan every time.
     fn make_room(&self, now: Instant) {
         let max = self.limits.max_streams.get();
-        if self.rings.len() < max {
+        if self.count.load(Ordering::Relaxed) < max || self.rings.len() < max {
             return;
         }
         self.sweep_at(now);
@@ -173,6 +179,7 @@ impl GaplessEventStore {
         let Some(entry_now) = self.rings.remove(key) else {
             return false;
         };
+        self.count.fetch_sub(1, Ordering::Relaxed);
         if self.streams.get(&entry.stream_id).as_deref() == Some(key) {
             self.streams.remove(&entry.stream_id);
         }
@@ -262,6 +269,7 @@ impl GaplessEventStore {
         let Some(entry) = self.rings.remove(&*key) else {
             return false;
         };
+        self.count.fetch_sub(1, Ordering::Relaxed);
         // Wakes and ends live followers (see `record`).
         entry.close();
         true
@@ -294,7 +302,7 @@ impl GaplessEventStore {
         let (key, _) = self
             .streams
             .get_or_try_insert_with(stream_id.to_owned(), crate::id::random_key)?;
-        let (entry, _) = infallible(self.rings.get_or_try_insert_with(*key, || {
+        let (entry, inserted) = infallible(self.rings.get_or_try_insert_with(*key, || {
             // The stream's kind, decided once: from here on its entry says.
             let kind = StreamKind::of(stream_id);
             // A shared store's request streams go to Redis, as bytes, as
@@ -313,6 +321,9 @@ impl GaplessEventStore {
                 window,
             ))
         }));
+        if inserted {
+            self.count.fetch_add(1, Ordering::Relaxed);
+        }
         Ok(entry)
     }
 
