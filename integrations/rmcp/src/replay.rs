@@ -10,7 +10,7 @@ use rmcp::transport::streamable_http_server::session::ServerSseMessage;
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 /// Events copied from the ring per wake-up, at most: a replay of a large
 /// ring holds a bounded copy.
@@ -47,6 +47,18 @@ struct Following {
     /// carries, so that a client resuming with it gets the same signal.
     last_id: String,
     last_seq: u64,
+    /// The waker this replay last left in the stream's window: taken out
+    /// when the replay is dropped, so that a client that resumes and goes
+    /// away again and again on an idle stream leaves nothing behind.
+    registered: Option<Waker>,
+}
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        if let Some(waker) = self.registered.take() {
+            self.entry.forget_waker(&waker);
+        }
+    }
 }
 
 /// An event a replay copied and has not yielded yet.
@@ -94,6 +106,7 @@ impl ReplayStream {
                 pending: VecDeque::new(),
                 last_id,
                 last_seq: cursor,
+                registered: None,
             })),
         }
     }
@@ -233,7 +246,17 @@ impl Following {
                 );
                 return Poll::Ready(None);
             }
-            Next::Wait => return Poll::Pending,
+            Next::Wait => {
+                let waker = cx.waker();
+                if !self
+                    .registered
+                    .as_ref()
+                    .is_some_and(|known| known.will_wake(waker))
+                {
+                    self.registered = Some(waker.clone());
+                }
+                return Poll::Pending;
+            }
             Next::Closed => return Poll::Ready(Some(State::Done)),
             Next::Missing => return Poll::Ready(Some(self.missing())),
             Next::Ring(ring) => match self.follower(ring).try_next() {
@@ -313,6 +336,42 @@ impl Stream for ReplayStream {
                     }
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::id::StreamKey;
+    use crate::stream::{StreamKind, DEFAULT_WINDOW};
+    use futures_core::Stream;
+
+    /// A replay dropped while it waits takes its waker out of the window.
+    /// Mutation: no `Drop` for `Following` leaves one waker per dropped
+    /// replay until the stream's next event.
+    #[test]
+    fn a_dropped_replay_leaves_no_waker_behind() {
+        let key = StreamKey::random().expect("the OS random source");
+        let kind = StreamKind::Standalone;
+        let config = gapless::Config::default();
+        let entry = Arc::new(StreamEntry::new(
+            key,
+            "s:common".to_owned(),
+            kind,
+            config,
+            0,
+            DEFAULT_WINDOW,
+        ));
+        entry.push(Held::Marker(None)).expect("stored");
+        let waker = Waker::noop();
+        for _ in 0..100 {
+            let mut replay = ReplayStream::follow(Arc::clone(&entry), 1, entry.event_id(1));
+            let polled = Pin::new(&mut replay).poll_next(&mut Context::from_waker(waker));
+            assert!(polled.is_pending());
+            assert_eq!(entry.waiting(), 1);
+            drop(replay);
+            assert_eq!(entry.waiting(), 0);
         }
     }
 }

@@ -568,6 +568,18 @@ impl StreamEntry {
         })
     }
 
+    /// Takes the waker of a replay that goes away out of the window.
+    pub(crate) fn forget_waker(&self, waker: &Waker) {
+        let mut inner = self.lock();
+        inner.window.wakers.retain(|known| !known.will_wake(waker));
+    }
+
+    /// How many wakers wait in the window.
+    #[cfg(test)]
+    pub(crate) fn waiting(&self) -> usize {
+        self.lock().window.wakers.len()
+    }
+
     /// What a replay that has read up to `after` reads next: the ring, up
     /// to `max` events of the window, or nothing yet (then `waker` is woken
     /// by the next event stored, the stream's removal or its move to the
