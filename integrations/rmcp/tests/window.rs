@@ -325,3 +325,35 @@ async fn an_evicted_cursor_behind_the_window_gets_the_gap_signal() {
         "{value}"
     );
 }
+
+/// A message too large for the ring is replayed exactly while it is in the
+/// window, and reported lost (the lost-event signal naming its seq) once
+/// it has left it: never skipped, never misnumbered.
+#[tokio::test]
+async fn a_message_too_large_for_the_ring_is_lost_only_once_it_leaves_the_window() {
+    let s = GaplessEventStore::new(Config::default().events(64).bytes(512))
+        .expect("a valid config")
+        .with_window(2);
+    let primed = store(&s, priming()).await;
+    let big = ServerSseMessage::from_message(message(json!({
+        "jsonrpc": "2.0",
+        "method": "notifications/progress",
+        "params": { "progressToken": TOKEN, "progress": 1, "message": "x".repeat(1000) },
+    })));
+    let big_id = store(&s, big).await;
+    let mut stream = replay(&s, &primed).await;
+    let item = next(&mut stream).await.expect("the large message");
+    assert_eq!(
+        (item.event_id.as_deref(), what(&item)),
+        (Some(&*big_id), Some(1))
+    );
+    store(&s, progress(2)).await;
+    store(&s, progress(3)).await;
+    let mut stream = replay(&s, &primed).await;
+    let log = next(&mut stream).await.expect("the signal");
+    assert_eq!(log.event_id.as_deref(), Some(&*primed));
+    let value = serde_json::to_value(log.message.as_deref().expect("a message")).expect("JSON");
+    let data = &value["params"]["data"];
+    assert_eq!(data["reason"], "lost_event", "{value}");
+    assert_eq!(data["lost_seq"], 2, "{value}");
+}
