@@ -197,10 +197,28 @@
 //! [`GaplessEventStore::remove_session`] (the session's standalone stream
 //! `"{session}:common"`) free at once. Memory per stream is bounded by its
 //! `Config` (rings are allocated zeroed, so an idle ring costs only the
-//! pages written). A stream starts on a ring of at most 64 events and 16
-//! KiB and moves to its configured ring, ids unchanged, once it holds half
-//! of that: a short request stream never allocates (nor zeroes) the rest; a
-//! replay still reading the first ring keeps it allocated until it moves on.
+//! pages written), plus its window (below). A stream starts on a ring of
+//! at most 64 events and 16 KiB and moves to its configured ring, ids
+//! unchanged, once it holds half of that: a stream that never needs more
+//! never allocates (nor zeroes) the rest; a replay still reading the first
+//! ring keeps it allocated until it moves on.
+//!
+//! ## The window
+//!
+//! A stream keeps its newest [`DEFAULT_WINDOW`] (16) events as the messages
+//! rmcp handed over (`Arc`s that rmcp's own per-stream cache holds too)
+//! and writes an event to its ring, as JSON, only when it leaves that
+//! window ([`GaplessEventStore::with_window`]): a request stream of at most
+//! 16 events (its priming event, its progress, its result) is never
+//! serialized and never allocates a ring. Seqs are handed out by the
+//! stream, dense, and an event leaving the window must get the same seq in
+//! the ring (else [`StoreError::OutOfStep`], and the stream is freed); a
+//! replay reads the ring below the window, then the window. What a stream
+//! holds beyond its ring is at most 16 messages, bounded in events, not in
+//! bytes: a message in the window is replayed whatever its size, one too
+//! large for the ring is reported lost once it leaves it. A shared store's
+//! request streams are written to their ring (and Redis) as they are
+//! stored.
 //!
 //! [`EventStore::store_event`]: rmcp::transport::streamable_http_server::session::EventStore::store_event
 //! [`EventStore::replay_events_after`]: rmcp::transport::streamable_http_server::session::EventStore::replay_events_after
@@ -227,3 +245,4 @@ pub use shared::{RemoteReplay, SharedStoreError};
 pub use signal::{Reason, EVENTS_LOST, UNKNOWN_REQUEST_ID};
 pub use store::GaplessEventStore;
 pub use store_error::StoreError;
+pub use stream::DEFAULT_WINDOW;

@@ -136,6 +136,7 @@ impl From<StoreError> for SharedStoreError {
         match error {
             StoreError::RandomSource(error) => Self::RandomSource(error),
             StoreError::Ring(error) => Self::Ring(error),
+            StoreError::OutOfStep { expected, got } => Self::OutOfStep { expected, got },
         }
     }
 }
@@ -210,11 +211,7 @@ impl SharedHistory {
             .shared
             .created
             .get_or_try_init(|| async {
-                match self
-                    .history
-                    .create(&log, entry.ring().epoch(), &Meta::new())
-                    .await
-                {
+                match self.history.create(&log, entry.epoch(), &Meta::new()).await {
                     Ok(true) => Ok(()),
                     // 128 random bits that name another stream's log.
                     Ok(false) => Err(HistoryError::Corrupt(format!(

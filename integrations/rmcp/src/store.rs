@@ -2,16 +2,15 @@
 
 use crate::id::{StoreEventId, StreamKey};
 use crate::lifecycle::{Clock, Due, StreamLimits};
-use crate::record::{self, Record};
 use crate::replay::ReplayStream;
 use crate::signal::{Reason, Signal};
 use crate::store_error::StoreError;
-use crate::stream::{is_terminal, StreamEntry, StreamKind};
+use crate::stream::{Held, StreamEntry, StreamKind, DEFAULT_WINDOW};
 use gapless::id::RandomSourceError;
-use gapless::{Config, ConfigError, Coverage, EmitError, Ring, Store};
-use rmcp::model::ServerJsonRpcMessage;
+use gapless::{Config, ConfigError, Coverage, Ring, Store};
 use rmcp::transport::streamable_http_server::session::ServerSseMessage;
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,12 +27,19 @@ pub struct GaplessEventStore {
     standalone: Config,
     /// When streams are freed on their own (see [`crate::lifecycle`]).
     limits: StreamLimits,
+    /// Events each stream keeps as rmcp's messages before writing them to
+    /// its ring ([`with_window`](Self::with_window)).
+    window: usize,
     /// The origin of every stream's clocks, and the last sweep.
     clock: Clock,
     /// rmcp stream id → the stream's key.
     streams: Store<String, StreamKey>,
     /// Stream key → its ring and what the store learned.
     rings: Store<StreamKey, StreamEntry>,
+    /// The entries of `rings`, counted as they are inserted and removed:
+    /// the quick check of [`make_room`](Self::make_room), which reads
+    /// every shard (`rings.len()`) only once this reaches the cap.
+    count: AtomicUsize,
     /// With [`with_history`](Self::with_history): the Redis that request
     /// streams are stored in and replayed from on every instance.
     pub(crate) shared: Option<Arc<crate::shared::SharedHistory>>,
@@ -63,9 +69,11 @@ impl GaplessEventStore {
             config,
             standalone: config,
             limits: StreamLimits::default(),
+            window: DEFAULT_WINDOW,
             clock: Clock::new(),
             streams: Store::default(),
             rings: Store::default(),
+            count: AtomicUsize::new(0),
             shared: None,
             follow_poll: crate::shared::DEFAULT_FOLLOW_POLL,
         })
@@ -86,6 +94,31 @@ impl GaplessEventStore {
     pub fn with_time_source(mut self, source: crate::lifecycle::TimeSource) -> Self {
         self.clock = Clock::with_source(source);
         self
+    }
+
+    /// This store with each stream keeping its newest `events` events as
+    /// the messages rmcp handed over (`Arc`s it shares with rmcp's own
+    /// cache), and writing an event to the stream's ring, as JSON, only
+    /// when it leaves that window (default [`DEFAULT_WINDOW`]): a stream
+    /// of at most `events` events is never serialized and never allocates
+    /// a ring. 0 writes every event to the ring as it is stored. A shared
+    /// store's request streams ([`with_history`](Self::with_history)) are
+    /// written as they are stored whatever the window: Redis needs their
+    /// bytes at once.
+    ///
+    /// What a stream holds is then its ring (as configured) and at most
+    /// `events` messages besides; a message in the window is replayed
+    /// exactly whatever its size, and one too large for the ring is
+    /// reported lost once it leaves the window.
+    #[must_use]
+    pub fn with_window(mut self, events: usize) -> Self {
+        self.window = events;
+        self
+    }
+
+    /// Events each stream keeps before writing them to its ring.
+    pub fn window(&self) -> usize {
+        self.window
     }
 
     /// The limits streams are freed by.
@@ -122,7 +155,7 @@ impl GaplessEventStore {
     /// the cap at once so a flood of new streams does not scan every time.
     fn make_room(&self, now: Instant) {
         let max = self.limits.max_streams.get();
-        if self.rings.len() < max {
+        if self.count.load(Ordering::Relaxed) < max || self.rings.len() < max {
             return;
         }
         self.sweep_at(now);
@@ -146,6 +179,7 @@ impl GaplessEventStore {
         let Some(entry_now) = self.rings.remove(key) else {
             return false;
         };
+        self.count.fetch_sub(1, Ordering::Relaxed);
         if self.streams.get(&entry.stream_id).as_deref() == Some(key) {
             self.streams.remove(&entry.stream_id);
         }
@@ -216,10 +250,12 @@ impl GaplessEventStore {
 
     /// The ring of the rmcp stream `stream_id`, if it has one, at its
     /// configured size (a stream still on its smaller first ring moves to
-    /// it now).
+    /// it now). The stream's window is written to it first, and the stream
+    /// then writes every event to it as it is stored, so that the ring
+    /// holds every event and a caller may emit to it.
     pub fn ring(&self, stream_id: &str) -> Option<Arc<Ring>> {
         let key = self.streams.get(stream_id)?;
-        self.rings.get(&*key).map(|entry| entry.full_ring())
+        self.rings.get(&*key).and_then(|entry| entry.full_ring())
     }
 
     /// Frees the ring of the rmcp stream `stream_id` (once replays still
@@ -233,6 +269,7 @@ impl GaplessEventStore {
         let Some(entry) = self.rings.remove(&*key) else {
             return false;
         };
+        self.count.fetch_sub(1, Ordering::Relaxed);
         // Wakes and ends live followers (see `record`).
         entry.close();
         true
@@ -264,30 +301,45 @@ impl GaplessEventStore {
         // a guessable key.
         let (key, _) = self
             .streams
-            .get_or_try_insert_with(stream_id.to_owned(), StreamKey::random)?;
-        let (entry, _) = infallible(self.rings.get_or_try_insert_with(*key, || {
+            .get_or_try_insert_with(stream_id.to_owned(), crate::id::random_key)?;
+        let (entry, inserted) = infallible(self.rings.get_or_try_insert_with(*key, || {
             // The stream's kind, decided once: from here on its entry says.
             let kind = StreamKind::of(stream_id);
+            // A shared store's request streams go to Redis, as bytes, as
+            // they are stored: their ring is written at once too.
+            let window = if self.shared.is_some() && kind == StreamKind::Request {
+                0
+            } else {
+                self.window
+            };
             Ok(StreamEntry::new(
                 *key,
                 stream_id.to_owned(),
                 kind,
                 self.ring_config(kind),
                 now_ms,
+                window,
             ))
         }));
+        if inserted {
+            self.count.fetch_add(1, Ordering::Relaxed);
+        }
         Ok(entry)
     }
 
-    /// Stores one event of rmcp stream `stream_id` and returns its id. A
-    /// message larger than the ring is stored as a placeholder that a replay
+    /// Stores one event of rmcp stream `stream_id` and returns its id: in
+    /// the stream's window, its oldest event written to the ring if the
+    /// window is full (see [`with_window`](Self::with_window)). A message
+    /// larger than the ring is written as a placeholder that a replay
     /// reports as lost (the live send still carries the message).
     ///
     /// # Errors
     /// [`StoreError::RandomSource`] if the stream is new and the OS random
     /// source fails to draw its key; [`StoreError::Ring`] if the ring
-    /// refuses the event for another reason than its size, which gapless
-    /// does not give for a single event today. Nothing is stored.
+    /// refuses an event for another reason than its size, which gapless
+    /// does not give for a single event today; [`StoreError::OutOfStep`]
+    /// if the ring numbered an event leaving the window otherwise than the
+    /// id handed out (the stream is freed). Nothing is stored.
     pub fn store(&self, stream_id: &str, event: &ServerSseMessage) -> Result<String, StoreError> {
         let now = self.clock.now();
         let now_ms = self.maybe_sweep(now);
@@ -304,21 +356,21 @@ impl GaplessEventStore {
         event: &ServerSseMessage,
         now_ms: u64,
     ) -> Result<String, StoreError> {
-        let emitted = match &event.message {
-            // The JSON in a reused buffer (the ring copies it); the message
-            // kept parsed for replays once it is stored.
-            Some(message) => record::with_json(message, |json| match json {
-                Ok(json) => entry.emit(json).inspect(|&seq| {
-                    entry.remember(seq, json.len(), message);
-                    if is_terminal(message) {
-                        entry.stored_terminal(seq);
-                    }
-                }),
-                Err(_) => entry.emit(&record::lost(0)),
-            }),
-            None => entry.emit(&record::marker(event.retry)),
+        let held = match &event.message {
+            Some(message) => Held::Message(Arc::clone(message)),
+            None => Held::Marker(event.retry),
         };
-        let seq = placeholder_if_too_large(entry, emitted)?;
+        let seq = match entry.push(held) {
+            Ok(seq) => seq,
+            Err(error) => {
+                if matches!(error, StoreError::OutOfStep { .. }) {
+                    // Its ids no longer name its ring's events: a resume
+                    // gets `foreign_cursor` rather than another event.
+                    self.free(&entry.key, entry);
+                }
+                return Err(error);
+            }
+        };
         // Learned once the event is stored: an event that was not does
         // not complete the stream.
         entry.stored(event.message.as_deref(), now_ms);
@@ -356,15 +408,14 @@ impl GaplessEventStore {
             );
         };
         entry.clocks.touch(now_ms);
-        let ring = entry.ring();
-        if ring.epoch() != id.event.epoch {
+        if entry.epoch() != id.event.epoch {
             return foreign(format!(
                 "the cursor is from another incarnation of the stream (epoch {:016x}, now {:016x})",
                 id.event.epoch,
-                ring.epoch()
+                entry.epoch()
             ));
         }
-        match ring.coverage(cursor) {
+        match entry.coverage(cursor) {
             Coverage::Covered { .. } => {}
             Coverage::Ahead { cursor, published } => {
                 return ReplayStream::signal(
@@ -383,14 +434,7 @@ impl GaplessEventStore {
         if cursor > 0 {
             // The store knows where the response is; only an event after it
             // (which rmcp never stores) is read back to tell.
-            let terminal = entry.is_terminal_at(cursor).unwrap_or_else(|| {
-                ring.read(cursor).is_ok_and(|event| {
-                    matches!(record::decode(&event.payload), Record::Message(json)
-                        if serde_json::from_slice::<ServerJsonRpcMessage>(json)
-                            .is_ok_and(|message| is_terminal(&message)))
-                })
-            });
-            if terminal {
+            if entry.is_terminal_event(cursor) {
                 return ReplayStream::done();
             }
         }
@@ -398,67 +442,9 @@ impl GaplessEventStore {
     }
 }
 
-/// The seq of an event whose emit to `entry`'s ring gave `emitted`: a
-/// payload too large for the ring is stored as a placeholder (a replay
-/// reports it lost); any other refusal is an error, never a panic.
-fn placeholder_if_too_large(
-    entry: &StreamEntry,
-    emitted: Result<u64, EmitError>,
-) -> Result<u64, StoreError> {
-    match emitted {
-        Ok(seq) => Ok(seq),
-        // A placeholder is shorter than the smallest ring's payload limit
-        // (`gapless::config::MIN_BYTES`): it fits.
-        Err(EmitError::TooLarge { len, .. }) => {
-            entry.emit(&record::lost(len)).map_err(StoreError::Ring)
-        }
-        // `EmitError` is non-exhaustive: whatever else it may say is an
-        // event not stored.
-        Err(error) => Err(StoreError::Ring(error)),
-    }
-}
-
 fn infallible<T>(result: Result<T, Infallible>) -> T {
     match result {
         Ok(value) => value,
         Err(never) => match never {},
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::id::StreamKey;
-
-    /// A payload too large is stored as a placeholder; any other emit
-    /// error is `StoreError::Ring`. Mutation: the former `unreachable!`
-    /// for every error but `TooLarge` panics here.
-    #[test]
-    fn an_emit_error_other_than_too_large_is_an_error_not_a_panic() {
-        let key = StreamKey::random().expect("the OS random source");
-        let kind = StreamKind::Request;
-        let entry = StreamEntry::new(key, "s".to_owned(), kind, Config::default(), 0);
-        let too_large = EmitError::TooLarge {
-            len: 1 << 30,
-            max: 1 << 20,
-        };
-        let placeholder = placeholder_if_too_large(&entry, Err(too_large));
-        assert_eq!(placeholder.ok(), Some(1));
-        let stored = entry.ring().read(1).expect("the placeholder");
-        assert_eq!(
-            record::decode(&stored.payload),
-            Record::Lost { bytes: 1 << 30 }
-        );
-        let batch = EmitError::BatchTooLarge {
-            events: 2,
-            bytes: 16,
-            max_events: 1,
-            max_bytes: 8,
-        };
-        assert!(matches!(
-            placeholder_if_too_large(&entry, Err(batch)),
-            Err(StoreError::Ring(error)) if error == batch
-        ));
-        assert_eq!(entry.ring().published(), 1, "nothing more was stored");
     }
 }

@@ -15,6 +15,16 @@ pub enum StoreError {
     /// size (a message too large is stored as a placeholder): one of
     /// gapless's emit errors this store does not expect.
     Ring(EmitError),
+    /// The stream's ring gave an event leaving the stream's window another
+    /// seq than the one handed out for it: the stream cannot go on under
+    /// the ids already handed out, and the store frees it (a resume then
+    /// gets `foreign_cursor`).
+    OutOfStep {
+        /// The seq handed out.
+        expected: u64,
+        /// The seq the ring gave.
+        got: u64,
+    },
 }
 
 impl std::fmt::Display for StoreError {
@@ -22,6 +32,10 @@ impl std::fmt::Display for StoreError {
         match self {
             Self::RandomSource(error) => write!(f, "cannot draw a stream key: {error}"),
             Self::Ring(error) => write!(f, "the stream's ring did not take the event: {error}"),
+            Self::OutOfStep { expected, got } => write!(
+                f,
+                "the stream's ring gave event {expected} seq {got}: the stream cannot go on under the ids handed out"
+            ),
         }
     }
 }
@@ -31,6 +45,7 @@ impl std::error::Error for StoreError {
         match self {
             Self::RandomSource(error) => Some(error),
             Self::Ring(error) => Some(error),
+            Self::OutOfStep { .. } => None,
         }
     }
 }

@@ -229,7 +229,10 @@ async fn an_evicted_cursor_gets_the_gap_signal_with_its_figures() {
 
 #[tokio::test]
 async fn the_gap_signal_names_the_response_id_once_the_response_is_stored() {
-    let s = GaplessEventStore::new(Config::default().events(4).bytes(4096)).unwrap();
+    // No window: the ring of 4 events evicts the start of 11.
+    let s = GaplessEventStore::new(Config::default().events(4).bytes(4096))
+        .unwrap()
+        .with_window(0);
     let first = store(&s, STREAM, ServerSseMessage::retry(Duration::from_secs(1))).await;
     for _ in 0..10 {
         store(
@@ -328,7 +331,12 @@ async fn a_malformed_cursor_gets_the_malformed_signal() {
 
 #[tokio::test]
 async fn a_message_too_large_for_the_ring_is_reported_lost_on_replay() {
-    let s = GaplessEventStore::new(Config::default().events(64).bytes(512)).unwrap();
+    // Written to the ring as it is stored (no window): a message in the
+    // window is replayed whatever its size, and reported lost only once it
+    // leaves it (tests/window.rs).
+    let s = GaplessEventStore::new(Config::default().events(64).bytes(512))
+        .unwrap()
+        .with_window(0);
     let ids = request_stream(&s, 2).await;
     let big = message(json!({
         "jsonrpc": "2.0",
