@@ -3,10 +3,13 @@
 //! following the stream live follows it across, and a message larger than
 //! the small ring (but not the configured one) is stored, not lost.
 
-use futures_util::StreamExt;
+#[path = "support/calls.rs"]
+mod calls;
+
+use calls::{next, replay, store_to};
 use gapless_rmcp::GaplessEventStore;
 use rmcp::model::ServerJsonRpcMessage;
-use rmcp::transport::streamable_http_server::session::{EventStore, EventStream, ServerSseMessage};
+use rmcp::transport::streamable_http_server::session::{EventStream, ServerSseMessage};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -36,21 +39,7 @@ fn result() -> ServerSseMessage {
 }
 
 async fn store(s: &GaplessEventStore, event: ServerSseMessage) -> String {
-    s.store_event(STREAM, &event)
-        .await
-        .expect("store_event never fails")
-}
-
-async fn replay(s: &GaplessEventStore, cursor: &str) -> EventStream {
-    s.replay_events_after(cursor)
-        .await
-        .expect("replay_events_after never fails")
-}
-
-async fn next(stream: &mut EventStream) -> Option<ServerSseMessage> {
-    tokio::time::timeout(Duration::from_secs(5), stream.next())
-        .await
-        .expect("the replay stream yields or ends within 5 s")
+    store_to(s, STREAM, event).await
 }
 
 /// The item's progress number, or `None` for any other message (the

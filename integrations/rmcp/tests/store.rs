@@ -1,5 +1,9 @@
 //! Drives `GaplessEventStore` through rmcp's `EventStore` trait, as rmcp does.
 
+#[path = "support/calls.rs"]
+mod calls;
+
+use calls::{next, replay, store_to};
 use futures_util::StreamExt;
 use gapless::Config;
 use gapless_rmcp::{GaplessEventStore, EVENTS_LOST, UNKNOWN_REQUEST_ID};
@@ -37,26 +41,6 @@ fn sse(message: ServerJsonRpcMessage) -> ServerSseMessage {
     ServerSseMessage::from_message(message)
 }
 
-async fn store(store: &dyn EventStore, stream: &str, event: ServerSseMessage) -> String {
-    store
-        .store_event(stream, &event)
-        .await
-        .expect("store_event never fails")
-}
-
-async fn replay(store: &dyn EventStore, cursor: &str) -> EventStream {
-    store
-        .replay_events_after(cursor)
-        .await
-        .expect("replay_events_after never fails")
-}
-
-async fn next(stream: &mut EventStream) -> Option<ServerSseMessage> {
-    tokio::time::timeout(Duration::from_secs(5), stream.next())
-        .await
-        .expect("the replay stream yields or ends within 5 s")
-}
-
 /// The replay has nothing to yield now and has not ended: one poll, whose
 /// waker does nothing, is `Pending`. A replay of this process reads the
 /// ring within that poll, so once the test has stored what it stores the
@@ -87,7 +71,7 @@ fn json_of(item: &ServerSseMessage) -> Value {
 /// notifications. Returns the ids.
 async fn request_stream(s: &dyn EventStore, n: u64) -> Vec<String> {
     let mut ids = vec![
-        store(
+        store_to(
             s,
             STREAM,
             ServerSseMessage::retry(Duration::from_millis(3000)),
@@ -95,7 +79,7 @@ async fn request_stream(s: &dyn EventStore, n: u64) -> Vec<String> {
         .await,
     ];
     for i in 1..=n {
-        ids.push(store(s, STREAM, sse(progress(i))).await);
+        ids.push(store_to(s, STREAM, sse(progress(i))).await);
     }
     ids
 }
@@ -145,12 +129,12 @@ async fn replays_exactly_after_the_cursor_then_follows_live_until_the_response()
     let live = tokio::spawn(async move {
         let mut ids = Vec::new();
         for i in 11..=13 {
-            ids.push(store(&*writer, STREAM, sse(progress(i))).await);
+            ids.push(store_to(&*writer, STREAM, sse(progress(i))).await);
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        ids.push(store(&*writer, STREAM, sse(tool_result())).await);
+        ids.push(store_to(&*writer, STREAM, sse(tool_result())).await);
         // Nothing the store is given after the response reaches the replay.
-        store(&*writer, STREAM, sse(progress(99))).await;
+        store_to(&*writer, STREAM, sse(progress(99))).await;
         ids
     });
     let live_ids = live.await.unwrap();
@@ -172,7 +156,7 @@ async fn replays_exactly_after_the_cursor_then_follows_live_until_the_response()
 async fn a_replay_of_everything_starts_with_the_priming_event() {
     let s = GaplessEventStore::new(Config::default()).unwrap();
     let ids = request_stream(&s, 2).await;
-    store(&s, STREAM, sse(tool_result())).await;
+    store_to(&s, STREAM, sse(tool_result())).await;
     // seq 0 of the stream: "processed nothing".
     let zero = format!("{}0", ids[0].strip_suffix('1').unwrap());
     let mut stream = replay(&s, &zero).await;
@@ -193,7 +177,7 @@ async fn a_replay_of_everything_starts_with_the_priming_event() {
 async fn a_resume_after_the_response_ends_at_once() {
     let s = GaplessEventStore::new(Config::default()).unwrap();
     request_stream(&s, 3).await;
-    let response = store(&s, STREAM, sse(tool_result())).await;
+    let response = store_to(&s, STREAM, sse(tool_result())).await;
     let mut stream = replay(&s, &response).await;
     assert!(next(&mut stream).await.is_none());
 }
@@ -202,7 +186,7 @@ async fn a_resume_after_the_response_ends_at_once() {
 async fn events_stay_replayable_after_the_response() {
     let s = GaplessEventStore::new(Config::default()).unwrap();
     let ids = request_stream(&s, 3).await;
-    let response = store(&s, STREAM, sse(tool_result())).await;
+    let response = store_to(&s, STREAM, sse(tool_result())).await;
     let mut stream = replay(&s, &ids[1]).await;
     assert_eq!(progress_of(&next(&mut stream).await.unwrap()), 2);
     assert_eq!(progress_of(&next(&mut stream).await.unwrap()), 3);
@@ -233,9 +217,9 @@ async fn the_gap_signal_names_the_response_id_once_the_response_is_stored() {
     let s = GaplessEventStore::new(Config::default().events(4).bytes(4096))
         .unwrap()
         .with_window(0);
-    let first = store(&s, STREAM, ServerSseMessage::retry(Duration::from_secs(1))).await;
+    let first = store_to(&s, STREAM, ServerSseMessage::retry(Duration::from_secs(1))).await;
     for _ in 0..10 {
-        store(
+        store_to(
             &s,
             STREAM,
             sse(message(
@@ -248,7 +232,7 @@ async fn the_gap_signal_names_the_response_id_once_the_response_is_stored() {
     // No progress notification: the id is unknown, so the placeholder.
     let mut stream = replay(&s, &first).await;
     expect_signal(&mut stream, &first, json!(UNKNOWN_REQUEST_ID)).await;
-    store(
+    store_to(
         &s,
         STREAM,
         sse(message(
@@ -343,12 +327,12 @@ async fn a_message_too_large_for_the_ring_is_reported_lost_on_replay() {
         "method": "notifications/progress",
         "params": { "progressToken": PROGRESS_TOKEN, "progress": 3, "message": "x".repeat(1000) },
     }));
-    let big_id = store(&s, STREAM, sse(big)).await;
+    let big_id = store_to(&s, STREAM, sse(big)).await;
     assert!(
         big_id.ends_with("-4"),
         "the placeholder keeps ids dense: {big_id}"
     );
-    store(&s, STREAM, sse(progress(4))).await;
+    store_to(&s, STREAM, sse(progress(4))).await;
     let mut stream = replay(&s, &ids[1]).await;
     let item = next(&mut stream).await.unwrap();
     assert_eq!(item.event_id.as_deref(), Some(ids[2].as_str()));
@@ -367,7 +351,7 @@ async fn a_follower_lapped_while_live_gets_the_gap_signal() {
     let mut stream = replay(&s, &ids[2]).await;
     assert_pending(&mut stream);
     for i in 3..=40 {
-        store(&s, STREAM, sse(progress(i))).await;
+        store_to(&s, STREAM, sse(progress(i))).await;
     }
     let data = expect_signal(&mut stream, &ids[2], json!(PROGRESS_TOKEN)).await;
     assert_eq!(data["reason"], "gap_not_covered");
@@ -393,13 +377,13 @@ async fn stored_json_re_serialises_byte_for_byte() {
         r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":7,"progress":3.0,"total":200.0,"message":"step 3"}}"#,
         r#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"done"}],"isError":false}}"#,
     ];
-    let cursor = store(&s, STREAM, ServerSseMessage::retry(Duration::from_secs(1))).await;
+    let cursor = store_to(&s, STREAM, ServerSseMessage::retry(Duration::from_secs(1))).await;
     let mut canonical = Vec::new();
     for text in texts {
         let parsed: ServerJsonRpcMessage = serde_json::from_str(text).unwrap();
         // What rmcp would send live.
         canonical.push(serde_json::to_string(&parsed).unwrap());
-        store(&s, STREAM, sse(parsed)).await;
+        store_to(&s, STREAM, sse(parsed)).await;
     }
     // The ring holds exactly what rmcp sends live.
     let ring = s.ring(STREAM).unwrap();
@@ -425,9 +409,9 @@ async fn stored_json_re_serialises_byte_for_byte() {
 #[tokio::test]
 async fn streams_are_separate_and_ids_name_their_stream() {
     let s = GaplessEventStore::new(Config::default()).unwrap();
-    let a = store(&s, "a", sse(progress(1))).await;
-    let b = store(&s, "b", sse(progress(2))).await;
-    store(&s, "a", sse(progress(3))).await;
+    let a = store_to(&s, "a", sse(progress(1))).await;
+    let b = store_to(&s, "b", sse(progress(2))).await;
+    store_to(&s, "a", sse(progress(3))).await;
     assert_ne!(a[..32], b[..32]);
     assert_eq!(s.stream_count(), 2);
     let mut stream = replay(&s, &b).await;
@@ -435,7 +419,7 @@ async fn streams_are_separate_and_ids_name_their_stream() {
     let mut stream = replay(&s, &a).await;
     assert_eq!(progress_of(&next(&mut stream).await.unwrap()), 3);
     assert!(s.remove_session("x") == 0);
-    store(&s, "x:common", sse(progress(1))).await;
+    store_to(&s, "x:common", sse(progress(1))).await;
     assert_eq!(s.remove_session("x"), 1);
 }
 
@@ -482,10 +466,10 @@ async fn kept_messages_are_found_by_seq_across_a_placeholder() {
         "method": "notifications/progress",
         "params": { "progressToken": PROGRESS_TOKEN, "progress": 3, "message": "x".repeat(10_000) },
     }));
-    let big_id = store(&s, STREAM, sse(big)).await;
+    let big_id = store_to(&s, STREAM, sse(big)).await;
     let mut ids = Vec::new();
     for n in 4..=8 {
-        ids.push(store(&s, STREAM, sse(progress(n))).await);
+        ids.push(store_to(&s, STREAM, sse(progress(n))).await);
     }
     let mut stream = replay(&s, &big_id).await;
     for (n, id) in (4..=8).zip(&ids) {

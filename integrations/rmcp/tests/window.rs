@@ -7,11 +7,15 @@
 //! crosses the boundary many times; every wait is bounded (`next`'s
 //! timeout is a watchdog, never a synchronisation).
 
+#[path = "support/calls.rs"]
+mod calls;
+
+use calls::{next, replay, store_to};
 use futures_util::StreamExt;
 use gapless::Config;
 use gapless_rmcp::GaplessEventStore;
 use rmcp::model::ServerJsonRpcMessage;
-use rmcp::transport::streamable_http_server::session::{EventStore, EventStream, ServerSseMessage};
+use rmcp::transport::streamable_http_server::session::ServerSseMessage;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -46,21 +50,7 @@ fn priming() -> ServerSseMessage {
 }
 
 async fn store(s: &GaplessEventStore, event: ServerSseMessage) -> String {
-    s.store_event(STREAM, &event)
-        .await
-        .expect("store_event never fails")
-}
-
-async fn replay(s: &GaplessEventStore, cursor: &str) -> EventStream {
-    s.replay_events_after(cursor)
-        .await
-        .expect("replay_events_after never fails")
-}
-
-async fn next(stream: &mut EventStream) -> Option<ServerSseMessage> {
-    tokio::time::timeout(Duration::from_secs(5), stream.next())
-        .await
-        .expect("the replay stream yields or ends within 5 s")
+    store_to(s, STREAM, event).await
 }
 
 /// What an item is: `Some(n)` for progress `n`, `Some(0)` for the result,
@@ -203,7 +193,7 @@ async fn a_waiting_replay_is_woken_by_the_next_event() {
     );
     store(&s, priming()).await;
     let cursor = store(&s, progress(1)).await;
-    let mut stream = replay(&s, &cursor).await;
+    let mut stream = replay(&*s, &cursor).await;
     let wakes = Arc::new(Wakes::default());
     let waker = Waker::from(Arc::clone(&wakes));
     let mut cx = Context::from_waker(&waker);
