@@ -6,40 +6,15 @@ use gapless::EventId;
 use gapless_client::{
     Client, ClientError, Created, Incoming, Refusal, Request, SseStream, StateView, WsStream,
 };
-use gapless_server::{spawn, RunningServer, ServerConfig};
+use gapless_server::{RunningServer, ServerConfig};
 use serde_json::Value;
 use std::fmt::Debug;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-/// Every single network wait.
-pub const IO: Duration = Duration::from_secs(10);
-/// A whole test.
-const TEST: Duration = Duration::from_secs(120);
-
-pub async fn bounded<F: Future>(name: &str, test: F) -> F::Output {
-    tokio::time::timeout(TEST, test)
-        .await
-        .unwrap_or_else(|_| panic!("{name}: exceeded {TEST:?}"))
-}
-
-pub async fn start(config: ServerConfig) -> (RunningServer, Client) {
-    let addr = "127.0.0.1:0".parse().expect("a socket address");
-    let server = tokio::time::timeout(IO, spawn(config, addr))
-        .await
-        .expect("spawn timed out")
-        .expect("bind 127.0.0.1:0");
-    let client = Client::new(server.url())
-        .expect("an HTTP client")
-        .with_timeout(IO);
-    (server, client)
-}
-
-pub async fn stop(server: RunningServer) {
-    tokio::time::timeout(IO, server.shutdown())
-        .await
-        .expect("shutdown did not finish: open streams were not closed");
-}
+#[path = "../common/in_process.rs"]
+mod in_process;
+pub use in_process::{bounded, start, stop, IO};
 
 pub fn small_ring(events: usize) -> ServerConfig {
     ServerConfig {

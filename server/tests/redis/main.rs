@@ -19,7 +19,9 @@ mod decoders;
 #[allow(dead_code)]
 #[path = "../protocol/prometheus.rs"]
 mod prometheus;
-#[allow(dead_code)]
+// What the several-instances tests do not use of it: dead code and
+// re-exports.
+#[allow(dead_code, unused_imports)]
 #[path = "../protocol/support.rs"]
 mod support;
 

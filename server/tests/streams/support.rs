@@ -4,42 +4,15 @@
 
 use gapless::sse::{Parser, SseEvent};
 use gapless_client::{Client, Method, Request};
-use gapless_server::{spawn, RunningServer, ServerConfig};
+use gapless_server::ServerConfig;
 use serde_json::Value;
-use std::future::Future;
-use std::time::Duration;
 
-/// Every single network wait.
-pub const IO: Duration = Duration::from_secs(10);
-/// A whole test.
-const TEST: Duration = Duration::from_secs(120);
+#[path = "../common/in_process.rs"]
+mod in_process;
+pub use in_process::{bounded, start, stop, IO};
 
 /// The protocol's zero offset: before everything, in every stream.
 pub const ZERO: &str = "0000000000000000_0000000000000000";
-
-pub async fn bounded<F: Future>(name: &str, test: F) -> F::Output {
-    tokio::time::timeout(TEST, test)
-        .await
-        .unwrap_or_else(|_| panic!("{name}: exceeded {TEST:?}"))
-}
-
-pub async fn start(config: ServerConfig) -> (RunningServer, Client) {
-    let addr = "127.0.0.1:0".parse().expect("a socket address");
-    let server = tokio::time::timeout(IO, spawn(config, addr))
-        .await
-        .expect("spawn timed out")
-        .expect("bind 127.0.0.1:0");
-    let client = Client::new(server.url())
-        .expect("an HTTP client")
-        .with_timeout(IO);
-    (server, client)
-}
-
-pub async fn stop(server: RunningServer) {
-    tokio::time::timeout(IO, server.shutdown())
-        .await
-        .expect("shutdown did not finish");
-}
 
 /// A server whose streams retain at most `events` messages, and whose
 /// first ring (16 events, 16 KiB) is already the configured one, so
@@ -219,32 +192,14 @@ pub fn gap(offset: &str, earliest: &str, evicted: u64) -> Value {
 /// Checks that `answer` is a `410` whose JSON body is exactly `expected`.
 #[track_caller]
 pub fn assert_gap(answer: &Answer, expected: &Value, what: &str) {
-    assert_eq!(
-        answer.status,
-        410,
-        "{what}: expected 410 gap_not_covered, got {}: {}",
-        answer.status,
-        answer.brief()
-    );
-    assert!(
-        answer
-            .header("content-type")
-            .is_some_and(|t| t.starts_with("application/json")),
-        "{what}: a 410 is JSON"
-    );
+    assert_error(answer, 410, what);
     assert_eq!(&answer.json(), expected, "{what}: the 410's body");
 }
 
 /// The `earliest_offset` and `evicted` of a `410 gap_not_covered`.
 #[track_caller]
 pub fn gap_figures(answer: &Answer, what: &str) -> (String, u64) {
-    assert_eq!(
-        answer.status,
-        410,
-        "{what}: expected 410, got {}: {}",
-        answer.status,
-        answer.brief()
-    );
+    assert_error(answer, 410, what);
     let body = answer.json();
     let earliest = body["earliest_offset"]
         .as_str()
