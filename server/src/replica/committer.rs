@@ -2,18 +2,24 @@
 //! history: queued, appended in batches (Redis gives them the session's
 //! next seqs), answered, then handed to the session's [`Mirror`].
 //!
-//! At most one drainer task per session appends; it runs among the
-//! server's tracked tasks ([`TrackedTasks`]: a shutdown waits for the appends
-//! in flight, until its hard stop drops them), and whatever ends it — an
-//! empty queue, or a panic (a bug) — lets the next emit start another. No
-//! emit waits past its deadline for its answer.
+//! At most one appender per session at a time, holding the committer's
+//! draining role: the emit's own task when nothing of its session waits
+//! (one task hop fewer each way), else a drainer task among the server's
+//! tracked tasks ([`TrackedTasks`]: a shutdown waits for the appends in
+//! flight, until its hard stop drops them; an emit's own task is its
+//! connection's, which the shutdown tracks alike). Whatever ends the role
+//! — an empty queue, a caller that stops waiting, or a panic (a bug) —
+//! lets the next emit take it, and emits already queued get a drainer at
+//! once. No emit waits past its deadline for its answer.
 
 use super::mirror::Mirror;
 use super::ReplicaError;
 use crate::history::{History, Known};
 use crate::lifecycle::TrackedTasks;
 use bytes::Bytes;
+use futures_util::FutureExt;
 use std::collections::VecDeque;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::runtime::Handle;
@@ -94,6 +100,9 @@ impl Committer {
         deadline: Instant,
         slot: Option<OwnedSemaphorePermit>,
     ) -> Result<(u64, u64), Arc<ReplicaError>> {
+        if let Some(inline) = self.append_inline(history, &payload, deadline).await {
+            return inline;
+        }
         let (answer, answered) = oneshot::channel();
         lock(&self.queue).push_back(Queued {
             payload,
@@ -112,6 +121,49 @@ impl Committer {
             // or in a batch whose append outlives it.
             Err(_) => Err(Arc::new(ReplicaError::Expired)),
         }
+    }
+
+    /// Appends `payload` alone from the caller's own task when nothing of
+    /// the session waits and no drainer runs (one task hop fewer each way
+    /// than through a drainer); `None` otherwise: the emit is queued. An
+    /// emit whose deadline passed is answered [`ReplicaError::Expired`]
+    /// and never appended.
+    ///
+    /// The caller holds the drainer's role meanwhile, so appends of the
+    /// session stay one at a time and in order: emits that come meanwhile
+    /// queue, and the role's guard starts a drainer for them when this
+    /// append ends — or when the caller stops waiting, which cancels
+    /// nothing but its own wait (the script call runs in a task of its
+    /// own: an append that lands then is mirrored by the follower or the
+    /// next catch-up).
+    async fn append_inline<H: History>(
+        self: &Arc<Self>,
+        history: &Arc<H>,
+        payload: &Bytes,
+        deadline: Instant,
+    ) -> Option<Result<(u64, u64), Arc<ReplicaError>>> {
+        if deadline <= Instant::now() {
+            return Some(Err(Arc::new(ReplicaError::Expired)));
+        }
+        if !lock(&self.queue).is_empty() || self.draining.swap(true, Ordering::AcqRel) {
+            return None;
+        }
+        let _draining = Draining {
+            committer: Arc::clone(self),
+            history: Arc::clone(history),
+        };
+        let payloads = [payload.clone()];
+        // A panic (a bug in an append) fails this emit alone, as it would
+        // in a drainer: the caller's task goes on.
+        let append = AssertUnwindSafe(self.append_batch(history.as_ref(), &payloads, deadline))
+            .catch_unwind();
+        Some(match tokio::time::timeout_at(deadline, append).await {
+            Ok(Ok(appended)) => appended,
+            Ok(Err(_)) => Err(Arc::new(ReplicaError::Ring(
+                "the append panicked; the emit was not acknowledged".into(),
+            ))),
+            Err(_) => Err(Arc::new(ReplicaError::Expired)),
+        })
     }
 
     /// Starts a drainer task unless one runs. A task of its own: a client
@@ -164,7 +216,6 @@ impl Committer {
             committer: Arc::clone(&self),
             history: Arc::clone(&history),
         };
-        let id = *self.mirror.id();
         loop {
             let batch = self.next_batch();
             if batch.is_empty() {
@@ -178,44 +229,57 @@ impl Committer {
                 .map(|queued| queued.deadline)
                 .max()
                 .unwrap_or_else(Instant::now);
-            let ring = self.mirror.ring();
-            let known = Known {
-                epoch: ring.epoch(),
-                published: ring.published(),
-            };
-            match history
-                .append(self.mirror.log(), known, &payloads, deadline)
+            match self
+                .append_batch(history.as_ref(), &payloads, deadline)
                 .await
             {
                 Ok((epoch, first)) => {
                     for (seq, queued) in (first..).zip(batch) {
                         let _ = queued.answer.send(Ok((epoch, seq)));
                     }
-                    if epoch != known.epoch {
-                        // The history continues the session under a new
-                        // epoch: this ring is of the old one.
-                        if self.mirror.mark_stale() {
-                            tracing::warn!(
-                                session = %id.tag(),
-                                "the history continues the session under a new epoch (Redis lost events or restarted); this copy is dropped"
-                            );
-                        }
-                        continue;
-                    }
-                    // Acknowledged: Redis has the batch. Local readers get
-                    // it now, or from the follower or the next catch-up.
-                    if let Err(error) = self.mirror.mirror_appended(first, &payloads) {
-                        tracing::debug!(session = %id.tag(), %error, "appended batch not mirrored yet");
-                    }
                 }
                 Err(error) => {
-                    let error = Arc::new(ReplicaError::History(error));
                     for queued in batch {
                         let _ = queued.answer.send(Err(Arc::clone(&error)));
                     }
                 }
             }
         }
+    }
+
+    /// Appends one batch (the caller holds the drainer's role) and, once
+    /// Redis has it, writes it into the ring when that needs no read: the
+    /// epoch and the first seq it was appended at.
+    async fn append_batch<H: History>(
+        &self,
+        history: &H,
+        payloads: &[Bytes],
+        deadline: Instant,
+    ) -> Result<(u64, u64), Arc<ReplicaError>> {
+        let ring = self.mirror.ring();
+        let known = Known {
+            epoch: ring.epoch(),
+            published: ring.published(),
+        };
+        let (epoch, first) = history
+            .append(self.mirror.log(), known, payloads, deadline)
+            .await
+            .map_err(|error| Arc::new(ReplicaError::History(error)))?;
+        if epoch != known.epoch {
+            // The history continues the session under a new epoch: this
+            // ring is of the old one.
+            if self.mirror.mark_stale() {
+                tracing::warn!(
+                    session = %self.mirror.id().tag(),
+                    "the history continues the session under a new epoch (Redis lost events or restarted); this copy is dropped"
+                );
+            }
+        } else if let Err(error) = self.mirror.mirror_appended(first, payloads) {
+            // Acknowledged: Redis has the batch. Local readers get it now,
+            // or from the follower or the next catch-up.
+            tracing::debug!(session = %self.mirror.id().tag(), %error, "appended batch not mirrored yet");
+        }
+        Ok((epoch, first))
     }
 }
 

@@ -290,13 +290,16 @@ mod tests {
             deadline: Instant,
         ) -> Result<(u64, u64), HistoryError> {
             self.batches.lock().expect("batches").push(payloads.len());
+            // Looked at as the append enters: one held at the gate then
+            // answers once the gate opens, whatever `stall` says by then.
+            let stalled = self.stall.load(Ordering::Acquire);
             let mut gate = self.gate.subscribe();
             let _ = gate.wait_for(|open| *open).await;
             assert!(
                 !self.panic_once.swap(false, Ordering::AcqRel),
                 "an append that panics (injected)"
             );
-            if self.stall.load(Ordering::Acquire) {
+            if stalled {
                 std::future::pending::<()>().await;
             }
             self.inner.append(id, known, payloads, deadline).await
@@ -407,11 +410,12 @@ mod tests {
         }
     }
 
-    /// A drainer that panics (a bug in an append): its emit is answered
+    /// An append that panics (a bug), from the emit's own task or a
+    /// drainer: its emit is answered
     /// with an error, not left waiting, and the next emit starts a new
     /// drainer and is appended and answered.
     #[tokio::test(start_paused = true)]
-    async fn a_drainer_that_panics_fails_its_emit_and_the_next_emit_is_appended() {
+    async fn an_append_that_panics_fails_its_emit_and_the_next_emit_is_appended() {
         let history = Arc::new(Hooked::new(MemoryHistory::new(1000, 1 << 20)));
         let replica = session(&history.inner);
         history.panic_once.store(true, Ordering::Release);
@@ -454,46 +458,41 @@ mod tests {
         assert_eq!(history.batches(), [1], "its append was sent");
     }
 
-    /// Drainers run among the tracked tasks (the server's lifecycle's), so
-    /// a shutdown waits for an append in flight.
+    /// An emit with nothing of its session waiting is appended from its
+    /// caller's own task (no drainer). Emits that come meanwhile queue
+    /// behind it, not beside it: one drainer — a tracked task, so a
+    /// shutdown waits for its append — takes them once it is answered,
+    /// in arrival order.
     #[tokio::test]
-    async fn drainers_are_tracked_tasks() {
+    async fn an_emit_alone_is_appended_inline_and_those_behind_it_by_a_tracked_drainer() {
         let history = Arc::new(Hooked::new(MemoryHistory::new(1000, 1 << 20)));
         history.gate.send_replace(false);
         let replica = session(&history.inner);
-        let emitted = {
+        let spawn_emit = |n: u64| {
             let (replica, history) = (Arc::clone(&replica), Arc::clone(&history));
-            tokio::spawn(async move { emit(&replica, &history, 1).await })
+            tokio::spawn(async move { emit(&replica, &history, n).await })
         };
-        until("the append", || history.batches() == [1]).await;
+        let first = spawn_emit(1);
+        until("the first append", || history.batches() == [1]).await;
+        assert_eq!(replica.tasks.len(), 0, "appended from the emit's own task");
+        let second = spawn_emit(2);
+        until("the second emit queued", || replica.committer.queued() == 1).await;
+        let third = spawn_emit(3);
+        until("the third emit queued", || replica.committer.queued() == 2).await;
+        assert_eq!(history.batches(), [1], "nothing appended beside the first");
+        // The drainer's append is held in its turn: not answered.
+        history.stall.store(true, Ordering::Release);
+        history.gate.send_replace(true);
+        assert_eq!(first.await.expect("emit task"), Some(1));
+        until("the drainer's append", || history.batches() == [1, 2]).await;
         assert_eq!(replica.tasks.len(), 1, "the drainer is tracked");
         replica.tasks.close();
-        history.gate.send_replace(true);
+        replica.hard_stop.send_replace(true);
         tokio::time::timeout(Duration::from_secs(10), replica.tasks.wait())
             .await
-            .expect("the drainer ends");
-        assert_eq!(emitted.await.expect("emit task"), Some(1));
-    }
-
-    /// A drainer whose append does not end (a Redis that does not answer)
-    /// holds a shutdown only until its hard stop: then it is dropped and
-    /// the tracked tasks are done.
-    #[tokio::test(start_paused = true)]
-    async fn a_drainer_is_dropped_at_the_hard_stop() {
-        let history = Arc::new(Hooked::new(MemoryHistory::new(1000, 1 << 20)));
-        let replica = session(&history.inner);
-        history.stall.store(true, Ordering::Release);
-        let emitted = {
-            let (replica, history) = (Arc::clone(&replica), Arc::clone(&history));
-            tokio::spawn(async move { emit(&replica, &history, 1).await })
-        };
-        until("the append", || history.batches() == [1]).await;
-        replica.tasks.close();
-        replica.hard_stop.send_replace(true);
-        tokio::time::timeout(Duration::from_secs(1), replica.tasks.wait())
-            .await
             .expect("the drainer ends at the hard stop");
-        assert_eq!(emitted.await.expect("emit task"), None, "not acknowledged");
+        assert_eq!(second.await.expect("emit task"), None, "not acknowledged");
+        assert_eq!(third.await.expect("emit task"), None, "not acknowledged");
     }
 
     /// Two instances emit into one session in turn (a round-robin
