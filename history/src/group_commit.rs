@@ -17,7 +17,7 @@ use crate::reply::{bounded, parse_seq, text_of};
 use crate::{Guard, HistoryConfig, HistoryError, Known};
 use bytes::Bytes;
 use redis::cluster_routing::Slot;
-use redis::{Script, Value};
+use redis::{ErrorKind, Script, ServerErrorKind, Value};
 use std::collections::{HashSet, VecDeque};
 use std::future::Future;
 use std::hash::Hash;
@@ -94,37 +94,58 @@ pub(crate) struct Pending {
 /// appended at ([`REFUSED`]: its guard did not hold).
 pub(crate) type Answer = Result<(u64, u64), HistoryError>;
 
-/// Adds one log's batch to a call of the append script, after the log's
-/// keys and ID, in the order `append.lua` reads them: the epoch and
-/// `published` the caller knows, the epoch to continue under, the
-/// payloads, the guard's expected fields and the fields it sets. Every
-/// caller of the script builds its arguments here, so a change of the
-/// layout changes them all.
+/// Adds one log's batch to a call of the append script (an `EVALSHA` or
+/// `EVAL` command whose keys are written), after the log's ID, in the
+/// order `append.lua` reads them: the epoch and `published` the caller
+/// knows, the epoch to continue under, the payloads, the guard's expected
+/// fields and the fields it sets. Every caller of the script builds its
+/// arguments here, so a change of the layout changes them all. Written
+/// straight into the command's one buffer: nothing is encoded twice.
 pub fn push_batch_args<P: AsRef<[u8]>>(
-    invocation: &mut redis::ScriptInvocation<'_>,
+    command: &mut redis::Cmd,
     known: Known,
     next_epoch: u64,
     payloads: &[P],
     guard: &Guard,
 ) {
-    invocation
-        .arg(format!("{:016x}", known.epoch))
+    command
+        .arg(Hex16::of(known.epoch).as_str())
         .arg(known.published)
-        .arg(format!("{next_epoch:016x}"))
+        .arg(Hex16::of(next_epoch).as_str())
         .arg(payloads.len());
     for payload in payloads {
-        invocation.arg(payload.as_ref());
+        command.arg(payload.as_ref());
     }
-    invocation.arg(guard.expect.len());
+    command.arg(guard.expect.len());
     for (name, value) in &guard.expect {
         match value {
-            Some(value) => invocation.arg(name).arg("1").arg(value),
-            None => invocation.arg(name).arg("0").arg(""),
+            Some(value) => command.arg(name).arg("1").arg(value),
+            None => command.arg(name).arg("0").arg(""),
         };
     }
-    invocation.arg(guard.set.len());
+    command.arg(guard.set.len());
     for (name, value) in &guard.set {
-        invocation.arg(name).arg(value);
+        command.arg(name).arg(value);
+    }
+}
+
+/// A `u64` as the scripts hold an epoch: 16 lower-case hex digits, on the
+/// stack.
+struct Hex16([u8; 16]);
+
+impl Hex16 {
+    fn of(value: u64) -> Self {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut text = [0; 16];
+        for (i, digit) in text.iter_mut().enumerate() {
+            *digit = DIGITS[((value >> (60 - 4 * i)) & 0xf) as usize];
+        }
+        Self(text)
+    }
+
+    fn as_str(&self) -> &str {
+        // Only ASCII hex digits are written.
+        std::str::from_utf8(&self.0).unwrap_or_default()
     }
 }
 
@@ -371,33 +392,48 @@ async fn commit(
     calls: &[Pending],
 ) -> Result<Vec<Answer>, HistoryError> {
     let mut connection = connection.clone();
-    let mut invocation = script.prepare_invoke();
-    invocation
+    // One command, its arguments written once into its buffer (the
+    // crate's `ScriptInvocation` collects each in a `Vec` of its own and
+    // copies them again): the keys of every session, then the call's
+    // arguments, then each session's.
+    let mut command = redis::cmd("EVALSHA");
+    command.arg(script.get_hash()).arg(3 * calls.len());
+    for pending in calls {
+        let keys = Keys::of(&pending.id);
+        command.arg(&keys.meta).arg(&keys.stream).arg(&keys.sizes);
+    }
+    command
         .arg(config.retention)
         .arg(config.retention_bytes)
         .arg(keys_ttl(config.idle))
         .arg(if lossless { "1" } else { "0" });
     for pending in calls {
-        let keys = Keys::of(&pending.id);
-        invocation
-            .key(&keys.meta)
-            .key(&keys.stream)
-            .key(&keys.sizes)
-            .arg(pending.id.to_string());
+        command.arg(pending.id.to_string());
         let next_epoch = pending
             .guard
             .next_epoch
             .filter(|epoch| *epoch != 0)
             .unwrap_or_else(|| gapless::epoch::random().get());
         push_batch_args(
-            &mut invocation,
+            &mut command,
             pending.known,
             next_epoch,
             &pending.payloads,
             &pending.guard,
         );
     }
-    let reply: Value = bounded(config.timeout, invocation.invoke_async(&mut connection)).await?;
+    let reply: Value = bounded(config.timeout, async {
+        match command.query_async(&mut connection).await {
+            // Redis restarted (or flushed its scripts) since the script
+            // was loaded: load it, then call again. Nothing was run.
+            Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                script.load_async(&mut connection).await?;
+                command.query_async(&mut connection).await
+            }
+            answered => answered,
+        }
+    })
+    .await?;
     let Value::Array(results) = reply else {
         return Err(HistoryError::Corrupt(format!("append answered {reply:?}")));
     };

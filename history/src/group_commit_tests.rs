@@ -838,3 +838,19 @@ mod script {
         }
     }
 }
+
+/// An epoch is written as `format!("{:016x}")` would: 16 lower-case hex
+/// digits, leading zeros kept.
+#[test]
+fn epochs_are_written_as_sixteen_hex_digits() {
+    for value in [
+        0,
+        1,
+        0xf,
+        0x0123_4567_89ab_cdef,
+        0xfedc_ba98_7654_3210,
+        u64::MAX,
+    ] {
+        assert_eq!(super::Hex16::of(value).as_str(), format!("{value:016x}"));
+    }
+}

@@ -222,16 +222,17 @@ pub async fn probe_redis(
     let retention = ring_events.min((ring_bytes / payload.max(1)).max(1));
     let written = (retention + 64).min(1 << 16);
     let body = vec![b'x'; payload];
-    let script = redis::Script::new(APPEND);
     let mut appended = 0;
     while appended < written {
         let batch = 64.min(written - appended);
-        let mut invocation = script.prepare_invoke();
         // As an instance that has seen every append: no epoch change.
-        invocation
-            .key(&meta)
-            .key(&stream)
-            .key(&sizes)
+        let mut command = redis::cmd("EVAL");
+        command
+            .arg(APPEND)
+            .arg(3)
+            .arg(&meta)
+            .arg(&stream)
+            .arg(&sizes)
             .arg(ring_events)
             .arg(ring_bytes)
             .arg(600_000)
@@ -244,15 +245,13 @@ pub async fn probe_redis(
         let batch = vec![&body[..]; batch];
         let guard = gapless_history::Guard::default();
         gapless_history::push_batch_args(
-            &mut invocation,
+            &mut command,
             known,
             0xfedc_ba98_7654_3210,
             &batch,
             &guard,
         );
-        invocation
-            .invoke_async::<redis::Value>(&mut connection)
-            .await?;
+        command.query_async::<redis::Value>(&mut connection).await?;
         appended += batch.len();
     }
     let usage = |key: &str| {
