@@ -25,6 +25,14 @@ use std::time::Duration;
 const STREAM: &str = "0b7e5a2c-9d41-4f3e-8c6a-1e2f3a4b5c6d";
 const TOKEN: i64 = 5;
 
+/// A store on `config` whose streams keep their newest `window` events as
+/// rmcp's messages.
+fn windowed(config: Config, window: usize) -> GaplessEventStore {
+    GaplessEventStore::new(config)
+        .expect("a valid config")
+        .with_window(window)
+}
+
 fn message(value: Value) -> ServerJsonRpcMessage {
     serde_json::from_value(value).expect("a server message")
 }
@@ -90,9 +98,7 @@ fn seq_of(id: &str) -> u64 {
 /// the check removed, names another event by the id (the replayed events
 /// do not match).
 async fn every_cursor_replays_exactly(window: usize, config: Config, n: u64) {
-    let s = GaplessEventStore::new(config)
-        .expect("a valid config")
-        .with_window(window);
+    let s = windowed(config, window);
     let mut ids = vec![store(&s, priming()).await];
     let mut events = vec![None];
     for i in 1..=n {
@@ -137,9 +143,7 @@ async fn every_event_is_read_from_the_window_or_the_ring_at_its_seq() {
 /// window (from its first event) skips them.
 #[tokio::test]
 async fn a_replay_behind_the_window_reads_what_left_it_from_the_ring() {
-    let s = GaplessEventStore::new(Config::default())
-        .expect("a valid config")
-        .with_window(4);
+    let s = windowed(Config::default(), 4);
     let primed = store(&s, priming()).await;
     store(&s, progress(1)).await;
     store(&s, progress(2)).await;
@@ -186,11 +190,7 @@ impl Wake for Wakes {
 /// the watchdog fails it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_replay_is_woken_by_the_next_event() {
-    let s = Arc::new(
-        GaplessEventStore::new(Config::default())
-            .expect("a valid config")
-            .with_window(4),
-    );
+    let s = Arc::new(windowed(Config::default(), 4));
     store(&s, priming()).await;
     let cursor = store(&s, progress(1)).await;
     let mut stream = replay(&*s, &cursor).await;
@@ -236,9 +236,7 @@ async fn a_waiting_replay_is_woken_by_the_next_event() {
 /// window's waiting replays leaves it waiting (the watchdog fails it).
 #[tokio::test]
 async fn a_waiting_replay_ends_when_the_stream_is_removed() {
-    let s = GaplessEventStore::new(Config::default())
-        .expect("a valid config")
-        .with_window(4);
+    let s = windowed(Config::default(), 4);
     let cursor = store(&s, priming()).await;
     let mut stream = replay(&s, &cursor).await;
     let wakes = Arc::new(Wakes::default());
@@ -255,9 +253,7 @@ async fn a_waiting_replay_ends_when_the_stream_is_removed() {
 /// ring.
 #[tokio::test]
 async fn handing_out_the_ring_writes_the_window_to_it() {
-    let s = GaplessEventStore::new(Config::default())
-        .expect("a valid config")
-        .with_window(8);
+    let s = windowed(Config::default(), 8);
     let cursor = store(&s, priming()).await;
     for i in 1..=5 {
         store(&s, progress(i)).await;
@@ -287,9 +283,7 @@ async fn handing_out_the_ring_writes_the_window_to_it() {
 /// the gap signal; one beyond the last seq handed out is ahead.
 #[tokio::test]
 async fn an_evicted_cursor_behind_the_window_gets_the_gap_signal() {
-    let s = GaplessEventStore::new(Config::default().events(8).bytes(4096))
-        .expect("a valid config")
-        .with_window(4);
+    let s = windowed(Config::default().events(8).bytes(4096), 4);
     let mut ids = vec![store(&s, priming()).await];
     for i in 1..=40 {
         ids.push(store(&s, progress(i)).await);
@@ -321,9 +315,7 @@ async fn an_evicted_cursor_behind_the_window_gets_the_gap_signal() {
 /// it has left it: never skipped, never misnumbered.
 #[tokio::test]
 async fn a_message_too_large_for_the_ring_is_lost_only_once_it_leaves_the_window() {
-    let s = GaplessEventStore::new(Config::default().events(64).bytes(512))
-        .expect("a valid config")
-        .with_window(2);
+    let s = windowed(Config::default().events(64).bytes(512), 2);
     let primed = store(&s, priming()).await;
     let big = ServerSseMessage::from_message(message(json!({
         "jsonrpc": "2.0",
