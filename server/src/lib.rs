@@ -27,6 +27,7 @@
 //! | `connection` | the peer address and a handle that lets a stream drop its TCP connection |
 //! | `metrics` | the `prometheus-client` families and their typed labels |
 //! | `config` | [`ServerConfig`], [`HistoryConfig`], [`ServerConfig::validate`] |
+//! | `exposure` | [`check_exposure`]: whether `serve` may start on a non-loopback address without publish keys |
 //! | `admission` | what sessions and connections hold against the limits, given back on drop |
 //! | `history` | the shared history in Redis (`--redis`): scripts, group commit, reads, notifications |
 //! | `replica` | one session's ring as a copy of its history: the committer (appends) and the mirror (the ring's one `Writer`) |
@@ -55,6 +56,7 @@ mod connection;
 mod delivery;
 mod entry;
 mod error;
+mod exposure;
 mod extract;
 mod handlers;
 mod history;
@@ -72,6 +74,7 @@ mod streams;
 
 pub use client_addr::TrustedProxy;
 pub use config::{InvalidConfig, MemoryBudget, ServerConfig, MIN_DURATION};
+pub use exposure::{check_exposure, Exposure};
 pub use history::{HistoryConfig, HistoryError};
 pub use ids::{PublishKey, PublishKeyKind, SessionId, SessionKind};
 pub use layers::with_layers;

@@ -527,6 +527,132 @@ fn flags_that_could_panic_the_server_are_refused_at_startup() {
     }
 }
 
+/// How one run of `gapless-server serve` went, within [`IO`].
+#[derive(Debug)]
+enum Outcome {
+    /// It printed this listening line (and was killed then).
+    Started(String),
+    /// It exited first, with this status code and stderr.
+    Exited(Option<i32>, String),
+}
+
+/// Runs `serve` with `args` and `envs` (neither key flag taken from this
+/// process's environment), bounded: it either prints its listening line or
+/// exits within [`IO`], else it is killed and the test fails. No process
+/// outlives this call (the guard kills it on every path).
+fn serve_outcome(args: &[&str], envs: &[(&str, &str)]) -> Outcome {
+    use crate::support::ChildGuard;
+    use std::io::{BufRead, Read};
+    let mut child = ChildGuard(
+        std::process::Command::new(env!("CARGO_BIN_EXE_gapless-server"))
+            .arg("serve")
+            .args(args)
+            .env_remove("GAPLESS_ADDR")
+            .env_remove("GAPLESS_PUBLISH_KEYS")
+            .env_remove("GAPLESS_ALLOW_ANONYMOUS_WRITES")
+            .envs(envs.iter().copied())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run gapless-server"),
+    );
+    let stdout = child.0.stdout.take().expect("piped stdout");
+    let (line_tx, line_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+        let _ = line_tx.send(line);
+    });
+    // The first line, or "" once stdout closes (the process exited); the
+    // guard kills a process that does neither.
+    let line = line_rx
+        .recv_timeout(IO)
+        .unwrap_or_else(|_| panic!("{args:?}: neither listening nor exited within {IO:?}"));
+    if line.starts_with("listening on ") {
+        return Outcome::Started(line); // the guard kills it
+    }
+    let deadline = std::time::Instant::now() + IO;
+    let status = loop {
+        if let Some(status) = child.0.try_wait().expect("try_wait") {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{args:?}: closed stdout without exiting"
+        );
+        std::thread::sleep(Duration::from_millis(10)); // polling, bounded
+    };
+    let mut stderr = String::new();
+    let _ = child
+        .0
+        .stderr
+        .take()
+        .expect("piped stderr")
+        .read_to_string(&mut stderr);
+    assert!(line.is_empty(), "{args:?}: printed {line:?} and exited");
+    Outcome::Exited(status.code(), stderr)
+}
+
+/// Issue 36, PROTOCOL "Running": `serve` on an address other than
+/// loopback (`0.0.0.0`, `::`, also from `GAPLESS_ADDR`) without
+/// `--publish-keys` exits with status 2 before binding (nothing on
+/// stdout), its message naming both `--publish-keys` and
+/// `--allow-anonymous-writes`; with either flag, or
+/// `GAPLESS_ALLOW_ANONYMOUS_WRITES=true`, it starts, and on loopback it
+/// starts without them. Fails (checked) if `serve_args.rs` stops calling
+/// `check_exposure` (the refused runs print a listening line), or passes
+/// `false` for `allow_anonymous_writes` (the runs with the flag exit 2);
+/// and if the message leaves out a flag's name.
+#[test]
+fn a_non_loopback_address_without_keys_does_not_start() {
+    let refused: [(&[&str], &[(&str, &str)]); 4] = [
+        (&["--addr", "0.0.0.0:0"], &[]),
+        (&["--addr", "[::]:0"], &[]),
+        (&[], &[("GAPLESS_ADDR", "0.0.0.0:0")]),
+        (
+            &["--addr", "0.0.0.0:0"],
+            &[("GAPLESS_ALLOW_ANONYMOUS_WRITES", "false")],
+        ),
+    ];
+    for (args, envs) in refused {
+        match serve_outcome(args, envs) {
+            Outcome::Exited(code, stderr) => {
+                assert_eq!(code, Some(2), "{args:?} {envs:?}: {stderr}");
+                for flag in ["--publish-keys", "--allow-anonymous-writes"] {
+                    assert!(stderr.contains(flag), "{args:?} {envs:?}: {flag}: {stderr}");
+                }
+            }
+            started => panic!("{args:?} {envs:?}: started instead of refusing: {started:?}"),
+        }
+    }
+    let open = "listening on http://0.0.0.0:";
+    let started: [(&[&str], &[(&str, &str)], &str); 4] = [
+        (
+            &["--addr", "0.0.0.0:0", "--allow-anonymous-writes"],
+            &[],
+            open,
+        ),
+        (&["--addr", "0.0.0.0:0", "--publish-keys"], &[], open),
+        (
+            &["--addr", "0.0.0.0:0"],
+            &[("GAPLESS_ALLOW_ANONYMOUS_WRITES", "true")],
+            open,
+        ),
+        (
+            &["--addr", "127.0.0.1:0"],
+            &[],
+            "listening on http://127.0.0.1:",
+        ),
+    ];
+    for (args, envs, expected) in started {
+        match serve_outcome(args, envs) {
+            Outcome::Started(line) => assert!(line.starts_with(expected), "{args:?}: {line}"),
+            exited => panic!("{args:?} {envs:?}: did not start: {exited:?}"),
+        }
+    }
+}
+
 /// Running: a password in the `--redis` URL never reaches the output, in
 /// the startup error of a Redis that cannot be reached nor in that of a
 /// malformed URL.

@@ -4,8 +4,8 @@
 
 use clap::Args;
 use gapless_server::{
-    serve_state, AppState, HistoryConfig, InvalidConfig, MemoryBudget, ServerConfig, StartError,
-    TrustedProxy,
+    check_exposure, serve_state, AppState, HistoryConfig, InvalidConfig, MemoryBudget,
+    ServerConfig, StartError, TrustedProxy,
 };
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -52,6 +52,12 @@ pub struct ServeArgs {
     /// session ID (or stream path) then only reads.
     #[arg(long, env = "GAPLESS_PUBLISH_KEYS")]
     publish_keys: bool,
+    /// Start on an address other than loopback without --publish-keys:
+    /// anyone who reaches it (a web page a browser on the network opens,
+    /// too) may then create, append to and delete streams. Without it (or
+    /// --publish-keys) such an --addr does not start.
+    #[arg(long, env = "GAPLESS_ALLOW_ANONYMOUS_WRITES")]
+    allow_anonymous_writes: bool,
     /// Seconds without a request or an attached transport after which a
     /// session ends.
     #[arg(long, env = "GAPLESS_IDLE_TIMEOUT", default_value = "600", value_parser = seconds)]
@@ -224,6 +230,13 @@ impl ServeArgs {
                 return ExitCode::from(2);
             }
         };
+        // Before binding: open writes on a non-loopback address are asked
+        // for, never the default.
+        let exposure = check_exposure(&[self.addr], self.publish_keys, self.allow_anonymous_writes);
+        if let Err(error) = exposure {
+            eprintln!("error: {error}");
+            return ExitCode::from(2);
+        }
         let listener = match TcpListener::bind(self.addr).await {
             Ok(listener) => listener,
             Err(error) => {
