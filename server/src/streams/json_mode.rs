@@ -20,29 +20,30 @@ pub(crate) enum JsonRefusal {
 
 /// The payload an append of `body` stores, or `None` for `[]` when
 /// `initial` (a create's body may be empty of values).
+///
+/// The body is validated without building a tree (serde's `RawValue`
+/// borrows it) and minified once: an array's minified text is its
+/// elements' minified texts joined by `,` between its brackets, so the
+/// payload is that text without them. What it allocates is the payload
+/// alone, at most the body's length: the transient memory of a JSON body
+/// is bounded by the body.
 pub(crate) fn payload(body: &[u8], initial: bool) -> Result<Option<Vec<u8>>, JsonRefusal> {
     let value: &RawValue =
         serde_json::from_slice(body).map_err(|e| JsonRefusal::Invalid(e.to_string()))?;
-    let text = value.get();
-    if !text.starts_with('[') {
-        return Ok(Some(minify(text.as_bytes())));
+    let mut text = minify(value.get().as_bytes());
+    if text.first() != Some(&b'[') {
+        return Ok(Some(text));
     }
-    let elements: Vec<&RawValue> =
-        serde_json::from_str(text).map_err(|e| JsonRefusal::Invalid(e.to_string()))?;
-    if elements.is_empty() {
+    if text == b"[]" {
         return match initial {
             true => Ok(None),
             false => Err(JsonRefusal::EmptyArray),
         };
     }
-    let mut out = Vec::with_capacity(text.len());
-    for (i, element) in elements.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(&minify(element.get().as_bytes()));
-    }
-    Ok(Some(out))
+    // `[` + elements + `]`: the elements, in place.
+    text.pop();
+    text.remove(0);
+    Ok(Some(text))
 }
 
 /// The values of one stored payload, each as its JSON text (for a fork's
@@ -92,6 +93,13 @@ mod tests {
             payload(b"1 2", false),
             Err(JsonRefusal::Invalid(_))
         ));
+        // Nested arrays are one value each; strings keep their brackets
+        // and commas; whitespace inside strings stays.
+        assert_eq!(
+            payload(b"[ [ ] , \"[a, b]\" , [[1] ] ]", false).unwrap(),
+            Some(b"[],\"[a, b]\",[[1]]".to_vec())
+        );
+        assert_eq!(payload(b"\t[\n]\r", true).unwrap(), None);
         let mut out = Vec::new();
         array(&mut out, [&b"1,2"[..], &b"{}"[..]]);
         assert_eq!(out, b"[1,2,{}]");

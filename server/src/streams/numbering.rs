@@ -55,17 +55,22 @@ impl Numbering {
     }
 
     /// The offset after message `seq` (`seq` 0: before the first).
+    ///
+    /// A binary search of the lineage (its last seqs ascend): a read of a
+    /// deep fork chain pays a logarithm per offset, not the chain.
     pub(crate) fn offset_of(&self, seq: u64) -> Offset {
-        for &(generation, last) in &self.lineage {
-            if seq <= last {
-                return Offset { generation, seq };
-            }
-        }
-        Offset {
-            generation: self.own_generation,
-            seq,
-        }
+        let at = self.lineage.partition_point(|&(_, last)| last < seq);
+        let generation = self
+            .lineage
+            .get(at)
+            .map_or(self.own_generation, |&(generation, _)| generation);
+        Offset { generation, seq }
     }
+
+    /// Generations a fork chain may stack: a fork whose lineage would be
+    /// longer is refused (`400 fork_too_deep`), so what a stream keeps of
+    /// its ancestry is bounded.
+    pub(crate) const MAX_LINEAGE: usize = 64;
 
     /// The seq a read from `offset` continues after, if `offset` is a
     /// position of this stream whose tail is `published`.

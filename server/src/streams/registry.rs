@@ -3,9 +3,9 @@
 //! sweep of expired and idle streams, and what streams hold against the
 //! server's limits.
 
-use super::numbering::ReadRefusal;
+use super::numbering::{Numbering, ReadRefusal};
 use super::offset::Generations;
-use super::stream::{media_type, ForkPoint, MakeError, NewStream, Settings, Stream};
+use super::stream::{Ended, ForkPoint, MakeError, NewStream, ProducerLimits, Settings, Stream};
 use crate::admission::{Bounded, Held, PerClient};
 use crate::client_addr::ClientKey;
 use gapless::{Config, Store};
@@ -49,6 +49,9 @@ pub(crate) enum CreateRefusal {
     ContentTypeMismatch,
     /// The fork offset is not a position of the source (`400`).
     BadForkOffset,
+    /// A fork of a fork chain already [`Numbering::MAX_LINEAGE`]
+    /// generations deep (`400`).
+    ForkTooDeep,
     /// The sub-offset cannot cut the message after the fork offset (`400`).
     BadSubOffset(&'static str),
     /// The initial body is not JSON (`400`).
@@ -85,6 +88,8 @@ pub(crate) struct Streams {
     slots: Arc<Bounded>,
     memory: Arc<Bounded>,
     per_client: Arc<PerClient>,
+    /// How many producers each stream keeps, and for how long.
+    producer_limits: ProducerLimits,
 }
 
 impl Streams {
@@ -106,7 +111,14 @@ impl Streams {
             slots,
             memory,
             per_client,
+            producer_limits: ProducerLimits::default(),
         }
+    }
+
+    /// The same registry with `limits` on each stream's producers.
+    pub(crate) fn with_producer_limits(mut self, limits: ProducerLimits) -> Self {
+        self.producer_limits = limits;
+        self
     }
 
     /// The memory budget streams take from.
@@ -114,32 +126,14 @@ impl Streams {
         &self.memory
     }
 
-    fn now_ms(&self) -> u64 {
-        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX)
-    }
-
     /// Restarts `stream`'s TTL and idle clocks.
     pub(crate) fn touch(&self, stream: &Stream) {
-        stream
-            .last_access_ms
-            .store(self.now_ms(), Ordering::Relaxed);
+        stream.touch();
     }
 
     fn expired(&self, stream: &Stream, now: SystemTime) -> bool {
-        if let Some((_, at)) = &stream.settings.expires_at {
-            if now >= *at {
-                return true;
-            }
-        }
-        let idle_ms = self
-            .now_ms()
-            .saturating_sub(stream.last_access_ms.load(Ordering::Relaxed));
-        if let Some(ttl) = stream.settings.ttl_secs {
-            if idle_ms >= ttl.saturating_mul(1000) {
-                return true;
-            }
-        }
-        u128::from(idle_ms) >= self.idle.as_millis()
+        stream.settings.expired(stream.idle_ms(), now)
+            || u128::from(stream.idle_ms()) >= self.idle.as_millis()
     }
 
     /// The stream at `path`, if it is live or soft-deleted (an expired one
@@ -149,7 +143,7 @@ impl Streams {
         if !stream.soft_deleted.load(Ordering::Acquire) && self.expired(&stream, SystemTime::now())
         {
             let _structure = self.lock();
-            self.remove_locked(&stream);
+            self.remove_if_expired_locked(&stream);
             return self.streams.get(path);
         }
         Some(stream)
@@ -162,25 +156,19 @@ impl Streams {
     }
 
     /// Creates the stream `request` asks for, or finds the same one.
+    ///
+    /// Everything that costs (a fork's copy, parsing the initial body,
+    /// drawing a key, building the ring) is done before the structure
+    /// lock, which is then held for the checks and the insertion alone: a
+    /// create that lost a race to the same path gives back what it built.
     pub(crate) fn create(&self, request: CreateRequest) -> Result<Created, CreateRefusal> {
-        // Expired streams at the path (and a fork's source) go first.
-        let _ = self.get(&request.path);
-        if let Some(source) = &request.settings.forked_from {
-            let _ = self.get(source);
-        }
-        let _structure = self.lock();
-        if let Some(existing) = self.streams.get(&request.path) {
-            if existing.soft_deleted.load(Ordering::Acquire) {
-                return Err(CreateRefusal::SoftDeleted);
-            }
-            return match same_settings(&existing, &request) {
-                true => Ok(Created::Existing(existing)),
-                false => Err(CreateRefusal::Conflict),
-            };
+        // An expired stream at the path goes first.
+        if let Some(existing) = self.get(&request.path) {
+            return existing_answer(existing, &request);
         }
         let source = match &request.settings.forked_from {
-            Some(source) => {
-                let source = self.streams.get(source).ok_or(CreateRefusal::NoSource)?;
+            Some(path) => {
+                let source = self.get(path).ok_or(CreateRefusal::NoSource)?;
                 if source.soft_deleted.load(Ordering::Acquire) {
                     return Err(CreateRefusal::SourceSoftDeleted);
                 }
@@ -188,21 +176,50 @@ impl Streams {
             }
             None => None,
         };
-        let mut settings = request.settings;
+        let stream = self.build(&request, source)?;
+        let _structure = self.lock();
+        if let Some(existing) = self.streams.get(&request.path) {
+            return existing_answer(existing, &request);
+        }
+        if let Some(source) = &stream.source {
+            // The source must still be the live stream it was read as:
+            // deleted meanwhile, the fork would count itself on a stream
+            // that is going.
+            if source.gone.load(Ordering::Acquire) {
+                return Err(CreateRefusal::NoSource);
+            }
+            if source.soft_deleted.load(Ordering::Acquire) {
+                return Err(CreateRefusal::SourceSoftDeleted);
+            }
+            source.forks.fetch_add(1, Ordering::AcqRel);
+        }
+        // The path is free under the lock: this inserts `stream`.
+        let (stream, _) = self
+            .streams
+            .get_or_insert_with(request.path.clone(), || stream);
+        Ok(Created::New(stream))
+    }
+
+    /// The stream `request` asks for, built and filled, not yet inserted.
+    fn build(
+        &self,
+        request: &CreateRequest,
+        source: Option<Arc<Stream>>,
+    ) -> Result<Stream, CreateRefusal> {
+        let mut settings = request.settings.clone();
         let mut fork: Option<ForkPoint> = None;
         let mut prefix = None;
         if let Some(source) = &source {
-            if settings.content_type.is_empty() {
-                settings.content_type = source.settings.content_type.clone();
-            } else if media_type(&settings.content_type)
-                != media_type(&source.settings.content_type)
-            {
-                return Err(CreateRefusal::ContentTypeMismatch);
-            }
+            settings
+                .inherit(&source.settings)
+                .map_err(|_| CreateRefusal::ContentTypeMismatch)?;
             let offset = settings.fork_offset.unwrap_or_else(|| source.tail_offset());
             let point = source
                 .fork_point(offset)
                 .map_err(|_: ReadRefusal| CreateRefusal::BadForkOffset)?;
+            if point.lineage.len() > Numbering::MAX_LINEAGE {
+                return Err(CreateRefusal::ForkTooDeep);
+            }
             if settings.fork_sub_offset > 0 {
                 prefix = Some(
                     source
@@ -211,23 +228,15 @@ impl Streams {
                 );
             }
             settings.fork_offset = Some(offset);
-            if settings.ttl_secs.is_none() && settings.expires_at.is_none() {
-                settings.ttl_secs = source.settings.ttl_secs;
-                settings.expires_at = source.settings.expires_at.clone();
-            }
             fork = Some(point);
         }
-        if settings.content_type.is_empty() {
-            settings.content_type = "application/octet-stream".to_owned();
-        }
-        let json = media_type(&settings.content_type) == "application/json";
-        let initial = match (json, request.body.is_empty()) {
-            (_, true) => None,
-            (true, false) => {
-                super::json_mode::payload(&request.body, true).map_err(CreateRefusal::Json)?
-            }
-            (false, false) => Some(request.body.to_vec()),
-        };
+        settings.default_content_type();
+        // The initial body's copy is counted while the stream is built.
+        let _transient = self
+            .memory
+            .take(request.body.len() as u64)
+            .ok_or(CreateRefusal::MemoryBudget)?;
+        let initial = initial_payload(settings.json(), &request.body)?;
         let publish_key = match request.publish_key {
             true => Some(
                 crate::ids::PublishKey::random()
@@ -257,7 +266,9 @@ impl Streams {
                 start_after,
                 ring_start,
                 closed: false,
-                now_ms: self.now_ms(),
+                origin: self.origin,
+                source,
+                producer_limits: self.producer_limits,
                 publish_key,
                 admission: admission.0,
                 client: admission.1,
@@ -269,10 +280,6 @@ impl Streams {
             MakeError::TooLarge { len, max } => CreateRefusal::TooLarge { len, max },
             MakeError::Config(what) => CreateRefusal::Internal(what),
         })?;
-        let plain = super::rules::AppendRequest {
-            close: request.closed,
-            ..Default::default()
-        };
         for payload in [prefix, initial].into_iter().flatten() {
             stream
                 .append_payload(&payload, &self.memory)
@@ -284,13 +291,13 @@ impl Streams {
                 })?;
         }
         if request.closed {
-            let _ = stream.append(&[], &plain, &self.memory);
+            let close = super::rules::AppendRequest {
+                close: true,
+                ..Default::default()
+            };
+            let _ = stream.append(&[], &close, &self.memory);
         }
-        let (stream, _) = self.streams.get_or_insert_with(request.path, || stream);
-        if let Some(source) = &source {
-            source.forks.fetch_add(1, Ordering::AcqRel);
-        }
-        Ok(Created::New(stream))
+        Ok(stream)
     }
 
     /// A stream slot, its client's slot.
@@ -311,23 +318,42 @@ impl Streams {
     }
 
     /// Deletes the stream at `path`: `Some(true)` deleted, `Some(false)`
-    /// already soft-deleted (`410`), `None` no such stream.
+    /// already soft-deleted (`410`), `None` no such stream (or another
+    /// delete removed it first).
     pub(crate) fn delete(&self, path: &str) -> Option<bool> {
         let stream = self.get(path)?;
         let _structure = self.lock();
         if stream.soft_deleted.load(Ordering::Acquire) {
             return Some(false);
         }
-        self.remove_locked(&stream);
-        Some(true)
+        match stream.end_if(|stream| !stream.soft_deleted.load(Ordering::Acquire)) {
+            Some(ended) => {
+                self.ended_locked(&stream, ended);
+                Some(true)
+            }
+            None if stream.soft_deleted.load(Ordering::Acquire) => Some(false),
+            None => None,
+        }
     }
 
-    /// Removes `stream` (soft when forks of it live), and its source when
-    /// that was soft-deleted and this was its last fork.
-    fn remove_locked(&self, stream: &Arc<Stream>) {
-        if stream.forks.load(Ordering::Acquire) > 0 {
-            stream.soft_deleted.store(true, Ordering::Release);
-            stream.wake();
+    /// Removes `stream` if it is still expired, decided under its writer
+    /// lock (an append acknowledged before restarted its clock).
+    fn remove_if_expired_locked(&self, stream: &Arc<Stream>) {
+        let now = SystemTime::now();
+        let ended = stream.end_if(|stream| {
+            !stream.soft_deleted.load(Ordering::Acquire) && self.expired(stream, now)
+        });
+        if let Some(ended) = ended {
+            self.ended_locked(stream, ended);
+        }
+    }
+
+    /// What follows `stream`'s end (by its only ender: [`Stream::end_if`]
+    /// ends a stream once): a removed stream leaves the registry and
+    /// releases its source, and the source goes too when it was
+    /// soft-deleted and this was its last fork, and so on up the chain.
+    fn ended_locked(&self, stream: &Arc<Stream>, ended: Ended) {
+        if ended == Ended::SoftDeleted {
             return;
         }
         let mut next = Some(Arc::clone(stream));
@@ -339,22 +365,15 @@ impl Streams {
             {
                 self.streams.remove(&stream.path);
             }
-            stream.gone.store(true, Ordering::Release);
-            stream.wake();
-            let Some(source) = stream
-                .settings
-                .forked_from
-                .as_deref()
-                .and_then(|source| self.streams.get(source))
-            else {
+            let Some(source) = &stream.source else {
                 continue;
             };
-            let left = source
-                .forks
-                .fetch_sub(1, Ordering::AcqRel)
-                .saturating_sub(1);
-            if left == 0 && source.soft_deleted.load(Ordering::Acquire) {
-                next = Some(source);
+            let left = source.forks.fetch_sub(1, Ordering::AcqRel) - 1;
+            if left == 0 {
+                let last = source.end_if(|source| source.soft_deleted.load(Ordering::Acquire));
+                if last == Some(Ended::Removed) {
+                    next = Some(Arc::clone(source));
+                }
             }
         }
     }
@@ -365,7 +384,7 @@ impl Streams {
         for (_, stream) in self.streams.entries() {
             if !stream.soft_deleted.load(Ordering::Acquire) && self.expired(&stream, now) {
                 let _structure = self.lock();
-                self.remove_locked(&stream);
+                self.remove_if_expired_locked(&stream);
             }
         }
     }
@@ -376,31 +395,36 @@ impl Streams {
     }
 }
 
-/// Whether `request` asks for what `existing` was created with.
-fn same_settings(existing: &Stream, request: &CreateRequest) -> bool {
-    let asked = &request.settings;
-    let have = &existing.settings;
-    let content_type = |t: &str| match media_type(t) {
-        m if m.is_empty() => "application/octet-stream".to_owned(),
-        m => m,
-    };
-    let type_matches = match (&asked.forked_from, asked.content_type.is_empty()) {
-        (Some(_), true) => true,
-        _ => content_type(&asked.content_type) == content_type(&have.content_type),
-    };
-    let expiry_matches = match &asked.forked_from {
-        // A fork inherits its source's expiry when it asks for none.
-        Some(_) if asked.ttl_secs.is_none() && asked.expires_at.is_none() => true,
-        _ => {
-            asked.ttl_secs == have.ttl_secs
-                && asked.expires_at.as_ref().map(|(s, _)| s)
-                    == have.expires_at.as_ref().map(|(s, _)| s)
-        }
-    };
-    type_matches
-        && expiry_matches
-        && request.closed == existing.is_closed()
-        && asked.forked_from == have.forked_from
-        && (asked.fork_offset.is_none() || asked.fork_offset == have.fork_offset)
-        && asked.fork_sub_offset == have.fork_sub_offset
+/// The answer to a create that found `existing` at its path.
+fn existing_answer(
+    existing: Arc<Stream>,
+    request: &CreateRequest,
+) -> Result<Created, CreateRefusal> {
+    if existing.soft_deleted.load(Ordering::Acquire) {
+        return Err(CreateRefusal::SoftDeleted);
+    }
+    match existing
+        .settings
+        .same_create(existing.is_closed(), &request.settings, request.closed)
+    {
+        true => Ok(Created::Existing(existing)),
+        false => Err(CreateRefusal::Conflict),
+    }
 }
+
+/// The first message a create's `body` makes: `None` for an empty body
+/// (or `[]` in JSON mode).
+///
+/// # Errors
+/// A JSON stream's body that is not JSON.
+pub(crate) fn initial_payload(json: bool, body: &[u8]) -> Result<Option<Vec<u8>>, CreateRefusal> {
+    match (json, body.is_empty()) {
+        (_, true) => Ok(None),
+        (true, false) => super::json_mode::payload(body, true).map_err(CreateRefusal::Json),
+        (false, false) => Ok(Some(body.to_vec())),
+    }
+}
+
+#[cfg(test)]
+#[path = "registry_tests.rs"]
+mod tests;

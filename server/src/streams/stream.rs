@@ -18,7 +18,7 @@ use gapless::{Config, EmitError, ReplayError, Ring, SingleWriter, Writer};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::watch;
 
 /// The first ring's events: a stream costs what it holds, not its
@@ -26,6 +26,48 @@ use tokio::sync::watch;
 const FIRST_EVENTS: usize = 16;
 /// The first ring's payload bytes.
 const FIRST_BYTES: usize = 16 << 10;
+
+/// What a stream keeps of its idempotent producers, as Kafka bounds its
+/// producer state: an entry expires after `idle` without an append, and a
+/// stream keeps at most `per_stream` (a new producer past them evicts the
+/// one idle longest). An expired or evicted producer that comes back is a
+/// producer the stream does not know: any seq but 0 is refused (`409`,
+/// expected seq 0) and stores nothing; seq 0 starts it afresh. So a
+/// producer retries an append within `idle` of it, as with Kafka's
+/// `producer.id.expiration.ms`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ProducerLimits {
+    /// Producers kept per stream.
+    pub(crate) per_stream: usize,
+    /// A producer's state is forgotten after this long without an append.
+    pub(crate) idle: Duration,
+}
+
+impl Default for ProducerLimits {
+    /// 1,024 producers a stream; a producer idle for a day is forgotten.
+    fn default() -> Self {
+        Self {
+            per_stream: 1024,
+            idle: Duration::from_secs(24 * 60 * 60),
+        }
+    }
+}
+
+/// What one producer's entry is charged against the memory budget besides
+/// its id: the map's slot, the state and its guard.
+const PRODUCER_ENTRY_BYTES: u64 = 96;
+
+/// One idempotent producer the stream knows.
+struct ProducerEntry {
+    state: Producer,
+    /// Milliseconds since the stream's clock origin of its last append.
+    last_append_ms: u64,
+    /// The stream's count of producer appends at its last one: the
+    /// smallest is the producer idle longest (milliseconds tie).
+    last_append: u64,
+    /// Its id and entry, charged to the memory budget.
+    _memory: Held,
+}
 
 /// What a stream was created with; compared by an idempotent create.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,6 +84,75 @@ pub(crate) struct Settings {
     pub(crate) fork_offset: Option<Offset>,
     /// `Stream-Fork-Sub-Offset` (0 when absent).
     pub(crate) fork_sub_offset: u64,
+}
+
+/// A fork's `Content-Type` is not its source's (`409`).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct ContentTypeMismatch;
+
+impl Settings {
+    /// A fork's settings completed from its source's, in every tier: the
+    /// source's content type when it gives none (another one is refused),
+    /// and the source's expiry when it asks for none.
+    pub(crate) fn inherit(&mut self, source: &Settings) -> Result<(), ContentTypeMismatch> {
+        if self.content_type.is_empty() {
+            self.content_type = source.content_type.clone();
+        } else if media_type(&self.content_type) != media_type(&source.content_type) {
+            return Err(ContentTypeMismatch);
+        }
+        if self.ttl_secs.is_none() && self.expires_at.is_none() {
+            self.ttl_secs = source.ttl_secs;
+            self.expires_at = source.expires_at.clone();
+        }
+        Ok(())
+    }
+
+    /// `application/octet-stream` when the create named no content type.
+    pub(crate) fn default_content_type(&mut self) {
+        if self.content_type.is_empty() {
+            self.content_type = "application/octet-stream".to_owned();
+        }
+    }
+
+    /// JSON mode.
+    pub(crate) fn json(&self) -> bool {
+        media_type(&self.content_type) == "application/json"
+    }
+
+    /// Whether `Stream-Expires-At` has passed at `now`, or `Stream-TTL`
+    /// after `idle_ms` without an access.
+    pub(crate) fn expired(&self, idle_ms: u64, now: SystemTime) -> bool {
+        if self.expires_at.as_ref().is_some_and(|(_, at)| now >= *at) {
+            return true;
+        }
+        self.ttl_secs
+            .is_some_and(|ttl| idle_ms >= ttl.saturating_mul(1000))
+    }
+
+    /// Whether a create asking for `asked` (closed if `asked_closed`) asks
+    /// for the stream these settings made (closed if `closed`): the one
+    /// rule of an idempotent `PUT`, in every tier. A fork that names no
+    /// content type or expiry asks for its source's, whatever they were;
+    /// a create that names no fork offset asks for the one it got.
+    pub(crate) fn same_create(&self, closed: bool, asked: &Settings, asked_closed: bool) -> bool {
+        let content_type = |t: &str| match media_type(t) {
+            m if m.is_empty() => "application/octet-stream".to_owned(),
+            m => m,
+        };
+        let fork = asked.forked_from.is_some();
+        let type_matches = (fork && asked.content_type.is_empty())
+            || content_type(&asked.content_type) == content_type(&self.content_type);
+        let expiry_matches = (fork && asked.ttl_secs.is_none() && asked.expires_at.is_none())
+            || (asked.ttl_secs == self.ttl_secs
+                && asked.expires_at.as_ref().map(|(s, _)| s)
+                    == self.expires_at.as_ref().map(|(s, _)| s));
+        type_matches
+            && expiry_matches
+            && asked_closed == closed
+            && asked.forked_from == self.forked_from
+            && (asked.fork_offset.is_none() || asked.fork_offset == self.fork_offset)
+            && asked.fork_sub_offset == self.fork_sub_offset
+    }
 }
 
 /// The media type of a `Content-Type` value: lower case, no parameters.
@@ -76,7 +187,11 @@ struct Tail {
     words: usize,
     /// The ring's share of the memory budget.
     memory: Held,
-    producers: HashMap<String, Producer>,
+    /// The producers it knows, at most [`ProducerLimits::per_stream`],
+    /// none idle past [`ProducerLimits::idle`] once an append looked.
+    producers: HashMap<String, ProducerEntry>,
+    /// Producer appends so far: each entry's `last_append` is taken from it.
+    producer_appends: u64,
     /// The last `Stream-Seq`.
     stream_seq: Option<String>,
     /// The producer append that closed the stream, for its retries.
@@ -109,8 +224,19 @@ pub(crate) struct Stream {
     pub(crate) soft_deleted: AtomicBool,
     /// Live forks of this stream.
     pub(crate) forks: AtomicUsize,
-    /// Milliseconds since the registry's origin of the last access.
+    /// Milliseconds since `origin` of the last access. An append sets it
+    /// under the stream's writer lock, so an expiry decided under that lock
+    /// never removes a stream an acknowledged append had kept alive.
     pub(crate) last_access_ms: AtomicU64,
+    /// The registry's clock origin (`last_access_ms` counts from it).
+    origin: Instant,
+    /// A fork's source, the very stream it counted itself on (its
+    /// `forks`): a source cannot be removed while a fork lives, so this is
+    /// the stream the fork's removal releases, never a later one at the
+    /// same path.
+    pub(crate) source: Option<Arc<Stream>>,
+    /// How many producers it keeps, and for how long.
+    producer_limits: ProducerLimits,
     /// With `--publish-keys`: what writes must present as
     /// `Authorization: Bearer`.
     pub(crate) publish_key: Option<crate::ids::PublishKey>,
@@ -135,7 +261,11 @@ pub(crate) struct NewStream {
     /// `start_after` when the source had dropped some).
     pub(crate) ring_start: u64,
     pub(crate) closed: bool,
-    pub(crate) now_ms: u64,
+    /// The registry's clock origin.
+    pub(crate) origin: Instant,
+    /// A fork's source.
+    pub(crate) source: Option<Arc<Stream>>,
+    pub(crate) producer_limits: ProducerLimits,
     pub(crate) publish_key: Option<crate::ids::PublishKey>,
     pub(crate) admission: Vec<Held>,
     pub(crate) client: Option<crate::admission::ClientSlot>,
@@ -172,6 +302,7 @@ impl Stream {
             words: 0,
             memory,
             producers: HashMap::new(),
+            producer_appends: 0,
             stream_seq: None,
             closed_by: None,
         };
@@ -198,7 +329,10 @@ impl Stream {
             gone: AtomicBool::new(false),
             soft_deleted: AtomicBool::new(false),
             forks: AtomicUsize::new(0),
-            last_access_ms: AtomicU64::new(new.now_ms),
+            last_access_ms: AtomicU64::new(millis_since(new.origin)),
+            origin: new.origin,
+            source: new.source,
+            producer_limits: new.producer_limits,
             publish_key: new.publish_key,
             _admission: new.admission,
             _client: new.client,
@@ -260,6 +394,10 @@ impl Stream {
             let last = published.min(chunk.cursor + BATCH);
             let events = match ring.replay_range(chunk.cursor, last) {
                 Ok(events) => events,
+                // Retention overtook the page after it began: what was
+                // gathered is served, and the next read, from the offset
+                // the client then holds, gets the `410`.
+                Err(ReplayError::Gap(_)) if !chunk.payloads.is_empty() => break,
                 Err(ReplayError::Gap(gap)) => {
                     return Err(self.numbering.gap(
                         self.offset_of(chunk.cursor),
@@ -293,6 +431,40 @@ impl Stream {
         self.changed.send_modify(|version| *version += 1);
     }
 
+    /// Restarts the stream's TTL and idle clocks.
+    pub(crate) fn touch(&self) {
+        self.last_access_ms
+            .store(millis_since(self.origin), Ordering::Relaxed);
+    }
+
+    /// Milliseconds since the last access.
+    pub(crate) fn idle_ms(&self) -> u64 {
+        millis_since(self.origin).saturating_sub(self.last_access_ms.load(Ordering::Relaxed))
+    }
+
+    /// Ends the stream if `still(self)` holds, decided under its writer
+    /// lock (an append either came before, and `still` sees its access,
+    /// or finds the stream ended and stores nothing): soft-deleted while
+    /// forks of it live, else gone. `None`: it was gone already, or `still`
+    /// did not hold. The caller holds the registry's structure lock, under
+    /// which `forks` changes.
+    pub(crate) fn end_if(&self, still: impl FnOnce(&Self) -> bool) -> Option<Ended> {
+        let tail = self.tail();
+        if self.gone.load(Ordering::Acquire) || !still(self) {
+            return None;
+        }
+        let ended = if self.forks.load(Ordering::Acquire) > 0 {
+            self.soft_deleted.store(true, Ordering::Release);
+            Ended::SoftDeleted
+        } else {
+            self.gone.store(true, Ordering::Release);
+            Ended::Removed
+        };
+        drop(tail);
+        self.wake();
+        Some(ended)
+    }
+
     /// Appends `body` (which may be empty only for a close).
     pub(crate) fn append(
         &self,
@@ -300,11 +472,27 @@ impl Stream {
         request: &AppendRequest<'_>,
         budget: &Arc<Bounded>,
     ) -> Result<Appended, AppendRefusal> {
+        // Validated and flattened before the writer lock: parsing a large
+        // JSON body holds no other writer of the stream up. Its refusal
+        // is answered after the rules, as the rules come first.
+        // Its copy is counted in the memory budget while it is held.
+        let _transient = budget
+            .take(body.len() as u64)
+            .ok_or(AppendRefusal::MemoryBudget)?;
+        let parsed = match (self.json, body.is_empty()) {
+            (_, true) => Ok(None),
+            (true, false) => json_mode::payload(body, false).map_err(AppendRefusal::Json),
+            (false, false) => Ok(Some(body.to_vec())),
+        };
+        let now = millis_since(self.origin);
         let mut tail = self.tail();
         if self.gone.load(Ordering::Acquire) || self.soft_deleted.load(Ordering::Acquire) {
             return Err(AppendRefusal::Gone);
         }
         let tail_now = self.offset_of(tail.writer.ring().published());
+        let known = request
+            .producer
+            .and_then(|(id, _, _)| tail.producer(id, now, self.producer_limits.idle));
         let state = WriterState {
             closed: self.is_closed(),
             closed_by: tail
@@ -312,29 +500,31 @@ impl Stream {
                 .as_ref()
                 .map(|(id, epoch, seq)| (id.as_str(), *epoch, *seq)),
             stream_seq: tail.stream_seq.as_deref(),
-            producer: request
-                .producer
-                .and_then(|(id, _, _)| tail.producers.get(id).copied()),
+            producer: known,
         };
         if let Decision::Answer(answer) = decide(&state, request, body.is_empty(), tail_now)? {
             return Ok(answer);
         }
-        let payload = match (self.json, body.is_empty()) {
-            (_, true) => None,
-            (true, false) => json_mode::payload(body, false).map_err(AppendRefusal::Json)?,
-            (false, false) => Some(body.to_vec()),
+        let payload = parsed?;
+        // A producer new to the stream is charged before anything is
+        // stored: a refusal stores nothing.
+        let charge = match (request.producer, known) {
+            (Some((id, _, _)), None) => Some(
+                budget
+                    .take(id.len() as u64 + PRODUCER_ENTRY_BYTES)
+                    .ok_or(AppendRefusal::MemoryBudget)?,
+            ),
+            _ => None,
         };
         if let Some(payload) = &payload {
             self.emit(&mut tail, payload, budget)?;
         }
         if let Some((id, epoch, seq)) = request.producer {
-            tail.producers.insert(
-                id.to_owned(),
-                Producer {
-                    epoch,
-                    last_seq: seq,
-                },
-            );
+            let state = Producer {
+                epoch,
+                last_seq: seq,
+            };
+            tail.record_producer(id, state, now, charge, self.producer_limits);
         }
         if let Some(seq) = request.stream_seq {
             tail.stream_seq = Some(seq.to_owned());
@@ -345,6 +535,7 @@ impl Stream {
                 .producer
                 .map(|(id, epoch, seq)| (id.to_owned(), epoch, seq));
         }
+        self.last_access_ms.store(now, Ordering::Relaxed);
         let tail_offset = self.offset_of(tail.writer.ring().published());
         drop(tail);
         self.wake();
@@ -352,6 +543,12 @@ impl Stream {
             tail: tail_offset,
             closed: self.is_closed(),
         })
+    }
+
+    /// The producers the stream keeps (tests).
+    #[cfg(test)]
+    pub(crate) fn producers_kept(&self) -> usize {
+        self.tail().producers.len()
     }
 
     /// Appends `payload` as it is (a create's initial body, a fork's
@@ -468,11 +665,17 @@ impl Stream {
         sub_offset_prefix(&event.payload, sub, self.json)
     }
 
-    /// What a fork at `offset` inherits.
+    /// What a fork at `offset` inherits: exactly the messages up to it
+    /// that the ring retains when the copy is made. Should appends evict
+    /// some during the copy, it starts again from the ring's new oldest
+    /// message, so `ring_start` always names the seq before the first
+    /// message copied.
     ///
     /// # Errors
     /// `offset` is not a position of this stream.
     pub(crate) fn fork_point(&self, offset: Offset) -> Result<ForkPoint, ReadRefusal> {
+        // A snapshot: a ring replaced by a larger one takes no more
+        // appends, and this one's retained range only moves forward.
         let ring = self.ring();
         let published = ring.published();
         let seq = self
@@ -480,33 +683,113 @@ impl Stream {
             .seq_of(offset, published)
             .ok_or(ReadRefusal::NotAPosition)?;
         let lineage = self.numbering.fork_lineage(seq);
-        let first = ring.first_retained().max(self.numbering.start_after() + 1);
-        let start_after = first.saturating_sub(1).min(seq);
-        let mut inherited = Vec::new();
-        let mut cursor = start_after;
-        while cursor < seq {
-            let events = ring
-                .replay_range(cursor, seq.min(cursor + 256))
-                .map_err(|_| ReadRefusal::NotAPosition)?;
-            if events.is_empty() {
-                break;
+        'copy: loop {
+            let first = ring.first_retained().max(self.numbering.start_after() + 1);
+            let ring_start = first.saturating_sub(1).min(seq);
+            let mut inherited = Vec::new();
+            let mut cursor = ring_start;
+            while cursor < seq {
+                let events = match ring.replay_range(cursor, seq.min(cursor + 256)) {
+                    Ok(events) => events,
+                    // Evicted under the copy: again, from what is left.
+                    Err(ReplayError::Gap(_)) => continue 'copy,
+                    Err(ReplayError::Ahead { .. }) => return Err(ReadRefusal::NotAPosition),
+                };
+                for event in events {
+                    if event.seq != cursor + 1 {
+                        continue 'copy;
+                    }
+                    cursor = event.seq;
+                    inherited.push(event.payload);
+                }
             }
-            for event in events {
-                cursor = event.seq;
-                inherited.push(event.payload);
-            }
+            return Ok(ForkPoint {
+                seq,
+                lineage,
+                start_after: self.numbering.start_after(),
+                ring_start,
+                inherited,
+            });
         }
-        Ok(ForkPoint {
-            seq,
-            lineage,
-            start_after: self.numbering.start_after(),
-            ring_start: start_after,
-            inherited,
-        })
     }
 }
 
+/// How [`Stream::end_if`] ended a stream.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// Gone: its path is free, its source (if a fork) is released.
+    Removed,
+    /// Deleted while forks of it live: `410` until the last one goes.
+    SoftDeleted,
+}
+
+/// Milliseconds since `origin`.
+fn millis_since(origin: Instant) -> u64 {
+    u64::try_from(origin.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
 impl Tail {
+    /// The state of producer `id`, unless it is unknown or was idle past
+    /// `idle` (then it is forgotten here).
+    fn producer(&mut self, id: &str, now_ms: u64, idle: Duration) -> Option<Producer> {
+        let entry = self.producers.get(id)?;
+        if u128::from(now_ms.saturating_sub(entry.last_append_ms)) >= idle.as_millis() {
+            self.producers.remove(id);
+            return None;
+        }
+        Some(entry.state)
+    }
+
+    /// Records producer `id`'s append. A producer new to the stream
+    /// (`charge`: its entry's share of the budget) makes room first: the
+    /// producers idle past the limit go, then, at the cap, the one idle
+    /// longest.
+    fn record_producer(
+        &mut self,
+        id: &str,
+        state: Producer,
+        now_ms: u64,
+        charge: Option<Held>,
+        limits: ProducerLimits,
+    ) {
+        self.producer_appends += 1;
+        let last_append = self.producer_appends;
+        if let Some(entry) = self.producers.get_mut(id) {
+            entry.state = state;
+            entry.last_append_ms = now_ms;
+            entry.last_append = last_append;
+            return;
+        }
+        let Some(memory) = charge else {
+            return;
+        };
+        if self.producers.len() >= limits.per_stream {
+            let idle_ms = u64::try_from(limits.idle.as_millis()).unwrap_or(u64::MAX);
+            self.producers
+                .retain(|_, entry| now_ms.saturating_sub(entry.last_append_ms) < idle_ms);
+        }
+        while self.producers.len() >= limits.per_stream.max(1) {
+            let oldest = self
+                .producers
+                .iter()
+                .min_by_key(|(_, entry)| entry.last_append)
+                .map(|(id, _)| id.clone());
+            match oldest {
+                Some(oldest) => self.producers.remove(&oldest),
+                None => break,
+            };
+        }
+        self.producers.insert(
+            id.to_owned(),
+            ProducerEntry {
+                state,
+                last_append_ms: now_ms,
+                last_append,
+                _memory: memory,
+            },
+        );
+    }
+
     /// Counts a message of `words` just emitted, and forgets those the
     /// ring no longer retains: the counts are what the ring holds, not
     /// what went through it.
@@ -592,6 +875,14 @@ mod tests {
     use std::sync::Arc;
 
     fn stream(full: Config, budget: &Arc<Bounded>) -> Stream {
+        with_producers(full, budget, super::ProducerLimits::default())
+    }
+
+    fn with_producers(
+        full: Config,
+        budget: &Arc<Bounded>,
+        producer_limits: super::ProducerLimits,
+    ) -> Stream {
         Stream::new(
             NewStream {
                 path: "s".to_owned(),
@@ -610,7 +901,9 @@ mod tests {
                 start_after: 0,
                 ring_start: 0,
                 closed: false,
-                now_ms: 0,
+                origin: std::time::Instant::now(),
+                source: None,
+                producer_limits,
                 publish_key: None,
                 admission: Vec::new(),
                 client: None,
@@ -650,5 +943,116 @@ mod tests {
         assert_eq!(stream.ring().published(), 1000);
         assert!(stream.ring().first_retained() > 900, "it evicts by events");
         assert_eq!(budget.held(), stream.ring().geometry().footprint() as u64);
+    }
+
+    fn produce<'a>(id: &'a str, epoch: u64, seq: u64) -> AppendRequest<'a> {
+        AppendRequest {
+            producer: Some((id, epoch, seq)),
+            ..AppendRequest::default()
+        }
+    }
+
+    /// A writer with a new `Producer-Id` per append (a serverless one):
+    /// the stream keeps at most its cap of producers, the ones idle
+    /// longest go first, and what it keeps is what the budget is charged.
+    ///
+    /// Fails when producers are never evicted (the map grows to 100) or not
+    /// charged to the budget.
+    #[test]
+    fn producers_are_capped_evicting_the_idlest_and_charged_to_the_budget() {
+        use super::{ProducerLimits, PRODUCER_ENTRY_BYTES};
+        use crate::streams::rules::{AppendRefusal, Appended};
+        let budget = Bounded::new(u64::MAX);
+        let limits = ProducerLimits {
+            per_stream: 4,
+            idle: std::time::Duration::from_secs(3600),
+        };
+        let stream = with_producers(
+            Config::default().events(64).bytes(64 << 10),
+            &budget,
+            limits,
+        );
+        for n in 0..100 {
+            let id = format!("invocation-{n:03}");
+            stream
+                .append(b"x", &produce(&id, 0, 0), &budget)
+                .expect("append");
+        }
+        assert_eq!(stream.producers_kept(), 4);
+        let ring = stream.ring().geometry().footprint() as u64;
+        let entry = "invocation-000".len() as u64 + PRODUCER_ENTRY_BYTES;
+        assert_eq!(budget.held(), ring + 4 * entry, "four entries charged");
+        // The newest is known: its retry is a duplicate, nothing stored.
+        let published = stream.ring().published();
+        assert!(matches!(
+            stream.append(b"x", &produce("invocation-099", 0, 0), &budget),
+            Ok(Appended::Duplicate { last_seq: 0, .. })
+        ));
+        assert_eq!(stream.ring().published(), published);
+        // The oldest was evicted: its next seq is refused, never stored.
+        assert_eq!(
+            stream.append(b"x", &produce("invocation-000", 0, 1), &budget),
+            Err(AppendRefusal::SequenceGap {
+                expected: 0,
+                received: 1
+            })
+        );
+        assert_eq!(stream.ring().published(), published);
+    }
+
+    /// A producer idle past the limit is forgotten: its next seq is refused
+    /// as a producer the stream does not know, and seq 0 starts it again.
+    ///
+    /// Fails when the idle check is removed (seq 1 is appended).
+    #[test]
+    fn an_idle_producer_is_forgotten() {
+        use super::ProducerLimits;
+        use crate::streams::rules::AppendRefusal;
+        let budget = Bounded::new(u64::MAX);
+        let limits = ProducerLimits {
+            per_stream: 4,
+            idle: std::time::Duration::ZERO,
+        };
+        let stream = with_producers(
+            Config::default().events(64).bytes(64 << 10),
+            &budget,
+            limits,
+        );
+        stream
+            .append(b"a", &produce("p", 0, 0), &budget)
+            .expect("append");
+        assert_eq!(
+            stream.append(b"b", &produce("p", 0, 1), &budget),
+            Err(AppendRefusal::SequenceGap {
+                expected: 0,
+                received: 1
+            })
+        );
+        stream
+            .append(b"b", &produce("p", 0, 0), &budget)
+            .expect("seq 0 starts it again");
+        assert_eq!(stream.ring().published(), 2);
+    }
+
+    /// A new producer's entry is charged before its append is stored: at
+    /// the budget, the append is refused and nothing is stored.
+    ///
+    /// Fails when the entry is charged after the emit (or not at all).
+    #[test]
+    fn a_new_producer_past_the_budget_stores_nothing() {
+        use crate::streams::rules::AppendRefusal;
+        let full = Config::default().events(16).bytes(16 << 10);
+        let ring = full.geometry().expect("a ring").footprint() as u64;
+        // The ring and one byte's transient copy, no room for an entry.
+        let budget = Bounded::new(ring + 1);
+        let stream = stream(full, &budget);
+        assert_eq!(
+            stream.append(b"x", &produce("p", 0, 0), &budget),
+            Err(AppendRefusal::MemoryBudget)
+        );
+        assert_eq!(stream.ring().published(), 0);
+        stream
+            .append(b"x", &AppendRequest::default(), &budget)
+            .expect("an append without a producer still fits");
     }
 }

@@ -296,6 +296,15 @@ pub(crate) fn create_refused(refused: &CreateRefusal) -> Response<Body> {
         CreateRefusal::BadForkOffset => {
             bad_request("Stream-Fork-Offset is not a position of the source")
         }
+        CreateRefusal::ForkTooDeep => refusal(
+            StatusCode::BAD_REQUEST,
+            "fork_too_deep",
+            &format!(
+                "the source is a fork {} generations deep: fork an earlier stream of the chain",
+                crate::streams::numbering::Numbering::MAX_LINEAGE
+            ),
+            &[],
+        ),
         CreateRefusal::BadSubOffset(what) => bad_request(what),
         CreateRefusal::Json(crate::streams::json_mode::JsonRefusal::Invalid(what)) => {
             bad_request(&format!("invalid JSON: {what}"))
