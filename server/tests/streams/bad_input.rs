@@ -142,3 +142,184 @@ async fn bad_input_leaves_the_stream_exactly_as_it_was() {
     })
     .await;
 }
+
+/// The `detail` of a JSON refusal.
+fn detail(answer: &Answer) -> String {
+    answer.json()["detail"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Issue 36: `Stream-Seq` (kept as the stream's last seq and sent again in
+/// every guard) and `Producer-Id` (kept per producer) are at most 256
+/// bytes: one byte more is `400 bad_request` naming the cap, the stream
+/// unchanged; exactly 256 is taken. Fails if `limits::check` drops its
+/// header loop (the 257-byte appends are stored: `204`/`200`), checks only
+/// one of the two names, or compares with `>=` (the 256-byte ones are
+/// refused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_stream_seq_or_producer_id_is_refused() {
+    bounded("held headers", async {
+        let (server, client) = start(tiny_ring(16)).await;
+        let text = "text/plain";
+        create(&client, "s", text).await;
+        append(&client, "s", text, b"one\n").await;
+        let before = snapshot(&client, "s").await;
+        let cap = 256;
+        let post = |body: &'static [u8]| {
+            client
+                .post("/v1/stream/s")
+                .header("content-type", text)
+                .body(body)
+        };
+        for (name, request) in [
+            (
+                "Stream-Seq",
+                post(b"x\n").header("stream-seq", "9".repeat(cap + 1)),
+            ),
+            (
+                "Producer-Id",
+                post(b"x\n")
+                    .header("producer-id", "p".repeat(cap + 1))
+                    .header("producer-epoch", "0")
+                    .header("producer-seq", "0"),
+            ),
+        ] {
+            let what = format!("POST with a {}-byte {name}", cap + 1);
+            let answer = refused(&client, "s", &before, request, 400, &what).await;
+            let said = detail(&answer);
+            assert!(
+                said.contains(name) && said.contains("256"),
+                "{what}: the detail names the header and the cap: {said}"
+            );
+        }
+        // A header as large as a request head may be (hyper's limit is
+        // about 400 KB) is refused the same way.
+        let huge = post(b"x\n").header("stream-seq", "9".repeat(100_000));
+        refused(&client, "s", &before, huge, 400, "a 100 KB Stream-Seq").await;
+
+        // Exactly the cap is taken.
+        let at_cap = post(b"two\n").header("stream-seq", "1".repeat(cap));
+        let answer = send(&client, at_cap, "a 256-byte Stream-Seq").await;
+        assert_eq!(
+            answer.status,
+            204,
+            "a 256-byte Stream-Seq: {}",
+            answer.brief()
+        );
+        let producer = post(b"three\n")
+            .header("producer-id", "p".repeat(cap))
+            .header("producer-epoch", "0")
+            .header("producer-seq", "0");
+        let answer = send(&client, producer, "a 256-byte Producer-Id").await;
+        assert_eq!(
+            answer.status,
+            200,
+            "a 256-byte Producer-Id: {}",
+            answer.brief()
+        );
+        assert_eq!(snapshot(&client, "s").await.body, "one\ntwo\nthree\n");
+        stop(server).await;
+    })
+    .await;
+}
+
+/// Issue 36: a stream path (after `/v1/stream/`, decoded) is at most 1024
+/// bytes: one more is `400 bad_request` naming the cap on every method
+/// but `OPTIONS` (a preflight is answered), and no stream is made; exactly
+/// 1024 bytes is a stream, also when written percent-encoded (the cap is
+/// on the decoded path). Fails if `limits::check` drops its length check
+/// (the `PUT` is `201`), compares with `>=` (the 1024-byte one is `400`),
+/// or measures the raw path (the encoded one is `400`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_over_the_cap_is_refused() {
+    use gapless_client::Method;
+    bounded("path cap", async {
+        let (server, client) = start(tiny_ring(16)).await;
+        let cap = 1024;
+        let long = format!("/v1/stream/{}", "a".repeat(cap + 1));
+        for method in [Method::PUT, Method::POST, Method::GET, Method::DELETE] {
+            let request = client
+                .request(method.clone(), &long)
+                .header("content-type", "text/plain")
+                .body(&b"x\n"[..]);
+            let answer = send(&client, request, &format!("{method} a long path")).await;
+            assert_error(&answer, 400, &format!("{method} a {}-byte path", cap + 1));
+            assert!(detail(&answer).contains("1024"), "{}", answer.brief());
+        }
+        let head = send(&client, client.request(Method::HEAD, &long), "HEAD").await;
+        assert_eq!(head.status, 400, "HEAD a long path");
+        let preflight = send(&client, client.request(Method::OPTIONS, &long), "OPTIONS").await;
+        assert_eq!(preflight.status, 204, "a preflight is answered");
+
+        let at_cap = "a".repeat(cap);
+        create(&client, &at_cap, "text/plain").await;
+        append(&client, &at_cap, "text/plain", b"kept\n").await;
+        assert_eq!(read(&client, &at_cap, "?offset=-1").await.body, b"kept\n");
+        let encoded = format!("{}{}", "%62".repeat(10), "b".repeat(cap - 10));
+        create(&client, &encoded, "text/plain").await;
+        assert_eq!(tail(&client, &"b".repeat(cap)).await.len(), 33);
+        stop(server).await;
+    })
+    .await;
+}
+
+/// Issue 36: an encoded slash in the path (`%2F`, `%2f`) is `400
+/// bad_request` on every method but `OPTIONS`: `a%2Fb` is not another
+/// name of the stream `a/b`, which a proxy rule on the raw prefix
+/// `/v1/stream/a/` would not see. The stream `a/b` is unchanged, and not
+/// deleted. Fails if `limits::check` drops the `encoded_slash` check (the
+/// `PUT` of `a%2Fb` is `200`, the existing `a/b`; the `POST` appends to
+/// it), or checks only one case.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_encoded_slash_is_refused() {
+    use gapless_client::Method;
+    bounded("encoded slash", async {
+        let (server, client) = start(tiny_ring(16)).await;
+        let text = "text/plain";
+        create(&client, "a/b", text).await;
+        append(&client, "a/b", text, b"one\n").await;
+        let before = snapshot(&client, "a/b").await;
+        for raw in ["/v1/stream/a%2Fb", "/v1/stream/a%2fb", "/v1/stream/%2Fa/b"] {
+            for method in [
+                Method::PUT,
+                Method::POST,
+                Method::GET,
+                Method::HEAD,
+                Method::DELETE,
+            ] {
+                let what = format!("{method} {raw}");
+                let request = client
+                    .request(method.clone(), raw)
+                    .header("content-type", text)
+                    .body(&b"two\n"[..]);
+                let answer = send(&client, request, &what).await;
+                if method == Method::HEAD {
+                    assert_eq!(answer.status, 400, "{what}");
+                } else {
+                    assert_error(&answer, 400, &what);
+                    assert!(
+                        detail(&answer).contains("%2F"),
+                        "{what}: {}",
+                        answer.brief()
+                    );
+                }
+                assert_eq!(
+                    snapshot(&client, "a/b").await,
+                    before,
+                    "{what}: a/b changed"
+                );
+            }
+            let preflight = send(&client, client.request(Method::OPTIONS, raw), "OPTIONS").await;
+            assert_eq!(
+                preflight.status, 204,
+                "OPTIONS {raw}: a preflight is answered"
+            );
+        }
+        // A literal `%` in a name is still written `%25`: not a slash.
+        create(&client, "a%252Fb", text).await;
+        stop(server).await;
+    })
+    .await;
+}

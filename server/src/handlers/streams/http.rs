@@ -11,7 +11,7 @@ use super::answer::{
     self, finish, response, CLOSED, EXPIRES_AT, NEXT_OFFSET, PRODUCER_EPOCH, PRODUCER_SEQ,
     PUBLISH_KEY, TTL,
 };
-use super::live;
+use super::{limits, live};
 use crate::extract::Client;
 use crate::ids::PublishKey;
 use crate::state::{AppState, ServerState};
@@ -34,19 +34,22 @@ pub(crate) async fn stream_route(
     request: Request,
 ) -> Response<Body> {
     let method = request.method().clone();
-    let mut answer = match method {
-        Method::OPTIONS => answer::preflight(),
-        Method::PUT => create(&state, path, request).await,
-        Method::POST => append(&state, &path, request).await,
-        Method::GET => read(&state, &path, request).await,
-        Method::HEAD => head(&state, &path).await,
-        Method::DELETE => delete(&state, &path, request.headers()).await,
-        _ => answer::refusal(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method_not_allowed",
-            "a stream takes GET, HEAD, PUT, POST, DELETE and OPTIONS",
-            &[("allow", "GET, HEAD, PUT, POST, DELETE, OPTIONS".to_owned())],
-        ),
+    let mut answer = match limits::check(&path, &request) {
+        Err(refused) => refused,
+        Ok(()) => match method {
+            Method::OPTIONS => answer::preflight(),
+            Method::PUT => create(&state, path, request).await,
+            Method::POST => append(&state, &path, request).await,
+            Method::GET => read(&state, &path, request).await,
+            Method::HEAD => head(&state, &path).await,
+            Method::DELETE => delete(&state, &path, request.headers()).await,
+            _ => answer::refusal(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "a stream takes GET, HEAD, PUT, POST, DELETE and OPTIONS",
+                &[("allow", "GET, HEAD, PUT, POST, DELETE, OPTIONS".to_owned())],
+            ),
+        },
     };
     if !state.config.cors_origins.is_empty() {
         // The server's CORS layer answers for the configured origins: two

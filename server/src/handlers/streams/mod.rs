@@ -5,12 +5,14 @@
 //! |---|---|
 //! | `cursor` | `Stream-Cursor` for live reads |
 //! | `answer` | response headers and every refusal |
+//! | `limits` | the caps on a path and on the headers a stream keeps; no encoded slash |
 //! | `live` | catch-up, long-poll and SSE reads over a feed |
 //! | `http` | the route's handler: one function per method |
 
 mod answer;
 mod cursor;
 mod http;
+mod limits;
 mod live;
 
 pub(crate) use answer::{EXPOSED_HEADERS, REQUEST_HEADERS};
