@@ -12,11 +12,13 @@
 -- its ring has seen), a new epoch (hex, used only if the session lost
 -- events), the batch's length, its payloads, then its guard: the number of
 -- caller fields it expects, each as name, '1' and the value it must hold
--- or '0' and '' (must be absent), and the number of caller fields it sets,
--- each as name, value (the fields are `c:<name>` in the meta).
+-- or '0' and '' (must be absent), the number of caller fields it sets,
+-- each as name, value, and the number of caller fields it removes, each
+-- as name (after those it sets: a field in both ends absent; the fields
+-- are `c:<name>` in the meta).
 -- Returns per session {epoch (hex), the first seq of its batch}, or, with
--- nothing of the session written: 'GONE' (its meta is gone), 'REFUSED'
--- (a field its guard expects holds something else), 'DAMAGED
+-- nothing of the session written or removed: 'GONE' (its meta is gone),
+-- 'REFUSED' (a field its guard expects holds something else), 'DAMAGED
 -- <what>' (its keys do not hold what its meta says: one was deleted or cut
 -- short, as an eviction policy or a stray command does; permanent), or
 -- 'AGAIN' (the session came twice in one call: the later batch was not
@@ -259,6 +261,9 @@ local function write(p, meta, stream, sizes, id, payloads, count, guard)
   for _, field in ipairs(guard.set) do
     redis.call('HSET', meta, 'c:' .. field.name, field.value)
   end
+  for _, name in ipairs(guard.unset) do
+    redis.call('HDEL', meta, 'c:' .. name)
+  end
   local renew = now >= p.renew_at
   if renew then
     redis.call('HSET', meta, 'published', string.format('%d', published), 'bytes',
@@ -284,7 +289,7 @@ local at = 5
 for s = 1, #KEYS / 3 do
   local meta, stream, sizes = KEYS[3 * s - 2], KEYS[3 * s - 1], KEYS[3 * s]
   local count = tonumber(ARGV[at + 4])
-  local guard = { expect = {}, set = {} }
+  local guard = { expect = {}, set = {}, unset = {} }
   local g = at + 5 + count
   for _ = 1, tonumber(ARGV[g]) do
     guard.expect[#guard.expect + 1] = {
@@ -296,6 +301,11 @@ for s = 1, #KEYS / 3 do
   for _ = 1, tonumber(ARGV[g]) do
     guard.set[#guard.set + 1] = { name = ARGV[g + 1], value = ARGV[g + 2] }
     g = g + 2
+  end
+  g = g + 1
+  for _ = 1, tonumber(ARGV[g]) do
+    guard.unset[#guard.unset + 1] = ARGV[g + 1]
+    g = g + 1
   end
   local session = {
     meta = meta, stream = stream, sizes = sizes, id = ARGV[at], payloads = at + 5,

@@ -376,15 +376,113 @@ async fn contract<H: History>(history: &H) {
     ));
 }
 
-#[tokio::test]
-async fn the_fake_keeps_the_contract() {
-    contract(&MemoryHistory::new(4, 1 << 20)).await;
+/// A guard's `unset`: the fields it names are removed with the append
+/// (after `set`: one in both ends absent); a guard that does not hold
+/// removes nothing.
+async fn unset<H: History>(history: &H) {
+    let id = LogId::random().expect("the OS random source");
+    assert!(history
+        .create(
+            &id,
+            7,
+            &meta(&[("keep", "1"), ("p/old", "3 9"), ("claim/a", "1")])
+        )
+        .await
+        .expect("create"));
+    let names = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
+    let release = Guard {
+        expect: vec![("p/old".to_owned(), Some("3 9".to_owned()))],
+        set: vec![
+            ("p/new".to_owned(), "0 0".to_owned()),
+            ("both".to_owned(), "set".to_owned()),
+            ("claim/a".to_owned(), "2".to_owned()),
+        ],
+        unset: names(&["p/old", "both", "claim/a", "never/there"]),
+        ..Guard::default()
+    };
+    let known = Known {
+        epoch: 7,
+        published: 0,
+    };
+    assert_eq!(
+        history
+            .append_guarded(
+                &id,
+                known,
+                &payloads(1..=2),
+                &release,
+                Instant::now() + DEADLINE
+            )
+            .await
+            .expect("guarded append"),
+        Some((7, 1))
+    );
+    let snapshot = history
+        .after(&id, 0, 1 << 20)
+        .await
+        .expect("read")
+        .expect("the log");
+    assert_eq!(snapshot.published, 2);
+    assert_eq!(
+        snapshot.meta,
+        meta(&[("keep", "1"), ("p/new", "0 0")]),
+        "the unset fields removed, a field set and unset absent, the others kept"
+    );
+
+    // Refused: nothing appended, nothing removed (nor set).
+    let refused = Guard {
+        expect: vec![("keep".to_owned(), Some("2".to_owned()))],
+        set: vec![("p/other".to_owned(), "1 1".to_owned())],
+        unset: names(&["keep", "p/new"]),
+        ..Guard::default()
+    };
+    let known = Known {
+        epoch: 7,
+        published: 2,
+    };
+    assert_eq!(
+        history
+            .append_guarded(
+                &id,
+                known,
+                &payloads(3..=3),
+                &refused,
+                Instant::now() + DEADLINE
+            )
+            .await
+            .expect("guarded append"),
+        None
+    );
+    let snapshot = history
+        .after(&id, 0, 1 << 20)
+        .await
+        .expect("read")
+        .expect("the log");
+    assert_eq!(snapshot.published, 2);
+    assert_eq!(snapshot.meta, meta(&[("keep", "1"), ("p/new", "0 0")]));
+
+    // A guard alone (no events) removes too.
+    let alone = Guard {
+        unset: names(&["p/new"]),
+        ..Guard::default()
+    };
+    assert_eq!(
+        history
+            .append_guarded(&id, known, &[], &alone, Instant::now() + DEADLINE)
+            .await
+            .expect("a guard alone"),
+        Some((7, 3))
+    );
+    let snapshot = history
+        .after(&id, 0, 1 << 20)
+        .await
+        .expect("read")
+        .expect("the log");
+    assert_eq!(snapshot.meta, meta(&[("keep", "1")]));
 }
 
-#[tokio::test]
-async fn redis_keeps_the_contract() {
-    let redis = RedisServer::start(Persistence::None);
-    let history = RedisHistory::connect(HistoryConfig {
+async fn redis_history(redis: &RedisServer) -> RedisHistory {
+    RedisHistory::connect(HistoryConfig {
         url: redis.url(),
         cluster: false,
         timeout: Duration::from_secs(5),
@@ -394,6 +492,27 @@ async fn redis_keeps_the_contract() {
         ca_file: None,
     })
     .await
-    .expect("redis-server answers");
-    contract(&history).await;
+    .expect("redis-server answers")
+}
+
+#[tokio::test]
+async fn the_fake_keeps_the_contract() {
+    contract(&MemoryHistory::new(4, 1 << 20)).await;
+}
+
+#[tokio::test]
+async fn redis_keeps_the_contract() {
+    let redis = RedisServer::start(Persistence::None);
+    contract(&redis_history(&redis).await).await;
+}
+
+#[tokio::test]
+async fn the_fakes_guard_unsets_fields() {
+    unset(&MemoryHistory::new(4, 1 << 20)).await;
+}
+
+#[tokio::test]
+async fn redis_guard_unsets_fields() {
+    let redis = RedisServer::start(Persistence::None);
+    unset(&redis_history(&redis).await).await;
 }

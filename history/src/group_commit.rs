@@ -98,9 +98,10 @@ pub(crate) type Answer = Result<(u64, u64), HistoryError>;
 /// `EVAL` command whose keys are written), after the log's ID, in the
 /// order `append.lua` reads them: the epoch and `published` the caller
 /// knows, the epoch to continue under, the payloads, the guard's expected
-/// fields and the fields it sets. Every caller of the script builds its
-/// arguments here, so a change of the layout changes them all. Written
-/// straight into the command's one buffer: nothing is encoded twice.
+/// fields, the fields it sets and the fields it removes (each list after
+/// its length). Every caller of the script builds its arguments here, so
+/// a change of the layout changes them all. Written straight into the
+/// command's one buffer: nothing is encoded twice.
 pub fn push_batch_args<P: AsRef<[u8]>>(
     command: &mut redis::Cmd,
     known: Known,
@@ -126,6 +127,10 @@ pub fn push_batch_args<P: AsRef<[u8]>>(
     command.arg(guard.set.len());
     for (name, value) in &guard.set {
         command.arg(name).arg(value);
+    }
+    command.arg(guard.unset.len());
+    for name in &guard.unset {
+        command.arg(name);
     }
 }
 

@@ -140,8 +140,9 @@ pub trait History: Send + Sync + 'static {
     /// Appends `payloads` as [`append`](Self::append) does, in one atomic
     /// step with `guard`: only if every field `guard.expect` names holds
     /// the value given (or is absent, for `None`), and then `guard.set` is
-    /// written beside the events. `Ok(None)`: the guard did not hold and
-    /// nothing was written (the caller reads the meta and decides again).
+    /// written beside the events and the fields of `guard.unset` removed.
+    /// `Ok(None)`: the guard did not hold and nothing was written or
+    /// removed (the caller reads the meta and decides again).
     /// `payloads` may be empty: the guard and its writes alone (a log's
     /// closure, say), answered with the next seq.
     fn append_guarded(
@@ -317,6 +318,9 @@ pub struct Guard {
     /// Written when the guard holds (after the epoch's own fields are
     /// cleared, if the append moves the log to a new epoch).
     pub set: Vec<(String, String)>,
+    /// Removed when the guard holds, after `set` is written (a field in
+    /// both ends absent): an expired producer's state, a released claim.
+    pub unset: Vec<String>,
     /// The epoch the log continues under if this append finds it lost
     /// events (`None`: a random one). A caller whose positions must sort
     /// across epochs gives a larger one than the log's.

@@ -253,6 +253,9 @@ impl History for MemoryHistory {
             for (name, value) in &guard.set {
                 stored.meta.insert(name.clone(), value.clone());
             }
+            for name in &guard.unset {
+                stored.meta.remove(name);
+            }
             let first = stored.published + 1;
             for (seq, payload) in (first..).zip(payloads) {
                 stored.events.insert(seq, payload.clone());

@@ -505,6 +505,7 @@ impl<H: History> SharedStreams<H> {
             expect: vec![(field::INIT.to_owned(), Some("pending".to_owned()))],
             set,
             next_epoch: None,
+            unset: Vec::new(),
         };
         if view.epoch != generation && created {
             tracing::debug!("a stream's log moved epoch before its first batch");
@@ -593,6 +594,7 @@ impl<H: History> SharedStreams<H> {
                 ],
                 set: vec![(field::FORKS.to_owned(), (view.forks() + 1).to_string())],
                 next_epoch: None,
+                unset: Vec::new(),
             };
             match self.guarded(source, &view, &[], guard).await {
                 Ok(Some(_)) => return Ok(()),
@@ -670,6 +672,7 @@ impl<H: History> SharedStreams<H> {
                 ],
                 set: vec![(field::ACCESSED.to_owned(), now_ms().to_string())],
                 next_epoch: None,
+                unset: Vec::new(),
             };
             if let (Some(name), Some((id, epoch, seq))) = (producer_field, request.producer) {
                 guard.expect.push((name.clone(), producer_held));
@@ -757,6 +760,7 @@ impl<H: History> SharedStreams<H> {
             ],
             set: vec![(field::DELETED.to_owned(), "1".to_owned())],
             next_epoch: None,
+            unset: Vec::new(),
         };
         if self.guarded(path, view, &[], guard).await?.is_none() {
             return Ok(false);
@@ -803,6 +807,7 @@ impl<H: History> SharedStreams<H> {
                 expect: vec![as_read(&view, field::FORKS), as_read(&view, field::DELETED)],
                 set: vec![(field::FORKS.to_owned(), left.to_string())],
                 next_epoch: None,
+                unset: Vec::new(),
             };
             if self.guarded(source, &view, &[], guard).await?.is_some() {
                 return Ok((left == 0 && view.soft_deleted())
