@@ -160,6 +160,7 @@ async fn contract<H: History>(history: &H) {
         at_most: Some(("epoch/attach".into(), at_most)),
         increment: None,
         raise: vec![("epoch/acked".into(), acked)],
+        fields: None,
     };
     let updated = history
         .update_meta(&id, &raise(5, 1, 7))
@@ -481,6 +482,133 @@ async fn unset<H: History>(history: &H) {
     assert_eq!(snapshot.meta, meta(&[("keep", "1")]));
 }
 
+/// Named meta fields: [`History::after_fields`] and
+/// [`MetaUpdate::fields`] answer only the caller fields named that the
+/// log has, among 1,000 others; [`History::after`] and an update without
+/// names still answer all of them.
+async fn named_fields<H: History>(history: &H) {
+    let id = LogId::random().expect("the OS random source");
+    let mut all: Meta = (0..1000)
+        .map(|n| (format!("p/{n}"), format!("{n} 0")))
+        .collect();
+    all.insert("pk".to_owned(), "k1".to_owned());
+    assert!(history.create(&id, 7, &all).await.expect("create"));
+    let known = Known {
+        epoch: 7,
+        published: 0,
+    };
+    append(history, &id, known, &payloads(1..=3))
+        .await
+        .expect("append");
+
+    let whole = history
+        .after(&id, 1, 1 << 20)
+        .await
+        .expect("read")
+        .expect("the log");
+    assert_eq!(whole.meta, all, "after: every caller field");
+    let named = history
+        .after_fields(
+            &id,
+            1,
+            1 << 20,
+            &["pk", "p/7", "p/missing", "p/999", "epoch"],
+        )
+        .await
+        .expect("read")
+        .expect("the log");
+    assert_eq!(
+        named.meta,
+        meta(&[("pk", "k1"), ("p/7", "7 0"), ("p/999", "999 0")]),
+        "exactly the named fields the log has (the history's own `epoch` is no caller field)"
+    );
+    assert_eq!(
+        (
+            named.epoch,
+            named.published,
+            named.first_retained,
+            &named.events
+        ),
+        (
+            whole.epoch,
+            whole.published,
+            whole.first_retained,
+            &whole.events
+        ),
+        "the same read but for the meta"
+    );
+    assert_eq!(named.events.len(), 2);
+    // Many names (read in slices): each named field the log has.
+    let many: Vec<String> = (0..600).map(|n| format!("p/{}", 2 * n)).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    let named = history
+        .after_fields(&id, 3, 1 << 20, &many)
+        .await
+        .expect("read")
+        .expect("the log");
+    let even: Meta = all
+        .iter()
+        .filter(|(name, _)| {
+            name.strip_prefix("p/")
+                .and_then(|n| n.parse::<u32>().ok())
+                .is_some_and(|n| n % 2 == 0)
+        })
+        .map(|(name, value)| (name.clone(), value.clone()))
+        .collect();
+    assert_eq!(even.len(), 500);
+    assert_eq!(named.meta, even, "the 500 of the 600 names the log has");
+    let none = history
+        .after_fields(&id, 3, 1 << 20, &[])
+        .await
+        .expect("read")
+        .expect("the log");
+    assert!(none.meta.is_empty());
+    assert_eq!(none.published, 3);
+    let other = LogId::random().expect("the OS random source");
+    assert!(history
+        .after_fields(&other, 0, 1 << 20, &["pk"])
+        .await
+        .expect("read")
+        .is_none());
+
+    // update_meta: applied or refused, the named fields only.
+    let touch = |epoch: u64, fields: Option<&[&str]>| MetaUpdate {
+        epoch: Some(epoch),
+        raise: vec![("accessed".to_owned(), 5)],
+        fields: fields.map(|fields| fields.iter().map(|n| (*n).to_owned()).collect()),
+        ..MetaUpdate::default()
+    };
+    let updated = history
+        .update_meta(&id, &touch(7, Some(&["accessed", "p/3", "p/missing"])))
+        .await
+        .expect("update");
+    assert!(updated.applied);
+    assert_eq!(updated.meta, meta(&[("accessed", "5"), ("p/3", "3 0")]));
+    let refused = history
+        .update_meta(&id, &touch(8, Some(&["p/4"])))
+        .await
+        .expect("update");
+    assert!(!refused.applied);
+    assert_eq!(refused.meta, meta(&[("p/4", "4 0")]));
+    let updated = history
+        .update_meta(&id, &touch(7, Some(&many)))
+        .await
+        .expect("update");
+    assert_eq!(updated.meta, even);
+    let nothing = history
+        .update_meta(&id, &touch(7, Some(&[])))
+        .await
+        .expect("update");
+    assert!(nothing.applied);
+    assert!(nothing.meta.is_empty());
+    let everything = history
+        .update_meta(&id, &touch(7, None))
+        .await
+        .expect("update");
+    all.insert("accessed".to_owned(), "5".to_owned());
+    assert_eq!(everything.meta, all, "no names: every caller field");
+}
+
 async fn redis_history(redis: &RedisServer) -> RedisHistory {
     RedisHistory::connect(HistoryConfig {
         url: redis.url(),
@@ -515,4 +643,97 @@ async fn the_fakes_guard_unsets_fields() {
 async fn redis_guard_unsets_fields() {
     let redis = RedisServer::start(Persistence::None);
     unset(&redis_history(&redis).await).await;
+}
+
+#[tokio::test]
+async fn the_fake_answers_named_fields() {
+    named_fields(&MemoryHistory::new(4, 1 << 20)).await;
+}
+
+#[tokio::test]
+async fn redis_answers_named_fields() {
+    let redis = RedisServer::start(Persistence::None);
+    named_fields(&redis_history(&redis).await).await;
+}
+
+/// A history that takes [`History::after_fields`]'s provided default, as
+/// an implementor that does not override it does: the fake, every other
+/// call forwarded.
+struct Defaults(MemoryHistory);
+
+impl History for Defaults {
+    type Follower = crate::memory::MemoryFollower;
+
+    fn config(&self) -> &HistoryConfig {
+        self.0.config()
+    }
+
+    async fn create(&self, id: &LogId, epoch: u64, meta: &Meta) -> Result<bool, HistoryError> {
+        self.0.create(id, epoch, meta).await
+    }
+
+    async fn append_guarded(
+        &self,
+        id: &LogId,
+        known: Known,
+        payloads: &[Bytes],
+        guard: &Guard,
+        deadline: Instant,
+    ) -> Result<Option<(u64, u64)>, HistoryError> {
+        self.0
+            .append_guarded(id, known, payloads, guard, deadline)
+            .await
+    }
+
+    async fn after(
+        &self,
+        id: &LogId,
+        after: u64,
+        max_bytes: usize,
+    ) -> Result<Option<crate::Snapshot>, HistoryError> {
+        self.0.after(id, after, max_bytes).await
+    }
+
+    fn follow(&self, id: &LogId) -> Self::Follower {
+        self.0.follow(id)
+    }
+
+    async fn complete(&self, id: &LogId, grace: Duration) -> Result<bool, HistoryError> {
+        self.0.complete(id, grace).await
+    }
+
+    async fn delete(&self, id: &LogId) -> Result<bool, HistoryError> {
+        self.0.delete(id).await
+    }
+
+    async fn update_meta(
+        &self,
+        id: &LogId,
+        update: &MetaUpdate,
+    ) -> Result<crate::Updated, HistoryError> {
+        self.0.update_meta(id, update).await
+    }
+
+    async fn put_token(
+        &self,
+        id: &LogId,
+        name: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> Result<(), HistoryError> {
+        self.0.put_token(id, name, value, ttl).await
+    }
+
+    async fn take_token(&self, id: &LogId, name: &str) -> Result<Option<String>, HistoryError> {
+        self.0.take_token(id, name).await
+    }
+
+    async fn has_token(&self, id: &LogId, name: &str) -> Result<bool, HistoryError> {
+        self.0.has_token(id, name).await
+    }
+}
+
+#[tokio::test]
+async fn the_default_after_fields_answers_named_fields() {
+    named_fields(&Defaults(MemoryHistory::new(4, 1 << 20))).await;
 }

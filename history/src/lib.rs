@@ -166,6 +166,29 @@ pub trait History: Send + Sync + 'static {
         max_bytes: usize,
     ) -> impl Future<Output = Result<Option<Snapshot>, HistoryError>> + Send;
 
+    /// [`after`](Self::after), its snapshot's meta holding only the caller
+    /// fields `fields` names that the log has (an absent one is not in the
+    /// map): what a caller that needs a few fields of a log with many
+    /// reads, without the others moving. The history reads only those
+    /// fields (and its own); this default reads the whole meta with
+    /// [`after`](Self::after) and keeps the named fields, for an
+    /// implementation that does no better.
+    fn after_fields(
+        &self,
+        id: &LogId,
+        after: u64,
+        max_bytes: usize,
+        fields: &[&str],
+    ) -> impl Future<Output = Result<Option<Snapshot>, HistoryError>> + Send {
+        async move {
+            let mut snapshot = self.after(id, after, max_bytes).await?;
+            if let Some(snapshot) = &mut snapshot {
+                only(&mut snapshot.meta, fields);
+            }
+            Ok(snapshot)
+        }
+    }
+
     /// The log's meta and every event it retains, read in pages of
     /// [`READ_BYTES`]; `None` if the log is gone. Pages are separate reads:
     /// if appends trimmed the log past the next page meanwhile, the load
@@ -227,8 +250,9 @@ pub trait History: Send + Sync + 'static {
     fn delete(&self, id: &LogId) -> impl Future<Output = Result<bool, HistoryError>> + Send;
 
     /// Updates the log's [`Meta`] as `update` says, atomically, and
-    /// restarts its idle expiry; the meta after it and whether it was
-    /// applied (`false`: refused by its guard, nothing written).
+    /// restarts its idle expiry; the meta after it (all of it, or only
+    /// the fields `update.fields` names) and whether it was applied
+    /// (`false`: refused by its guard, nothing written).
     ///
     /// # Errors
     /// [`HistoryError::Gone`] when the log is gone.
@@ -304,6 +328,10 @@ pub struct MetaUpdate {
     /// Each of these counters is raised to at least its value (a maximum:
     /// never lowered).
     pub raise: Vec<(String, u64)>,
+    /// The fields [`Updated::meta`] holds: `None`, the whole meta; else
+    /// only those of these the log has (an absent one is not in the map),
+    /// read alone (a caller that raises an access time names none).
+    pub fields: Option<Vec<String>>,
 }
 
 /// What an append requires of its log's [`Meta`], and writes to it, in the
@@ -334,8 +362,14 @@ pub struct Updated {
     pub applied: bool,
     /// The log's epoch.
     pub epoch: u64,
-    /// The log's meta after the update (or as it is, when refused).
+    /// The log's meta after the update (or as it is, when refused): the
+    /// fields [`MetaUpdate::fields`] names, or all.
     pub meta: Meta,
+}
+
+/// Keeps only the fields of `meta` that `fields` names.
+pub(crate) fn only(meta: &mut Meta, fields: &[&str]) {
+    meta.retain(|name, _| fields.contains(&name.as_str()));
 }
 
 /// A counter of a [`Meta`]: its decimal value, 0 when absent.

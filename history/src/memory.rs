@@ -60,7 +60,8 @@ pub struct MemoryHistory {
     faults: Mutex<Faults>,
     /// Append calls that reached the fake (batches, not events).
     pub appends: AtomicUsize,
-    /// Read calls ([`History::after`]) that reached the fake.
+    /// Read calls ([`History::after`], [`History::after_fields`]) that
+    /// reached the fake.
     pub reads: AtomicUsize,
     /// How long each append and each read takes (a round trip to Redis).
     latency: Duration,
@@ -155,6 +156,55 @@ impl MemoryHistory {
             return Err(HistoryError::Unavailable("the fake is down".into()));
         }
         Ok(())
+    }
+
+    /// A read ([`History::after`]): the whole meta, or only the fields
+    /// `fields` names that the log has.
+    async fn read(
+        &self,
+        id: &LogId,
+        after: u64,
+        max_bytes: usize,
+        fields: Option<&[&str]>,
+    ) -> Result<Option<Snapshot>, HistoryError> {
+        self.check_up()?;
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.round_trip().await;
+        Ok(lock(&self.logs).get(id).map(|stored| {
+            let mut total = 0;
+            let events = stored
+                .events
+                .range(after + 1..)
+                .take_while(|(_, payload)| {
+                    let fits = total == 0 || total + payload.len() <= max_bytes;
+                    total += payload.len().max(1);
+                    fits
+                })
+                .take(512)
+                .map(|(seq, payload)| (*seq, payload.clone()))
+                .collect();
+            Snapshot {
+                epoch: stored.epoch,
+                published: stored.published,
+                first_retained: stored
+                    .events
+                    .keys()
+                    .next()
+                    .copied()
+                    .unwrap_or(stored.published + 1),
+                events,
+                meta: match fields {
+                    None => stored.meta.clone(),
+                    Some(fields) => fields
+                        .iter()
+                        .filter_map(|name| {
+                            let value = stored.meta.get(*name)?;
+                            Some(((*name).to_owned(), value.clone()))
+                        })
+                        .collect(),
+                },
+            }
+        }))
     }
 
     async fn round_trip(&self) {
@@ -288,35 +338,17 @@ impl History for MemoryHistory {
         after: u64,
         max_bytes: usize,
     ) -> Result<Option<Snapshot>, HistoryError> {
-        self.check_up()?;
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        self.round_trip().await;
-        Ok(lock(&self.logs).get(id).map(|stored| {
-            let mut total = 0;
-            let events = stored
-                .events
-                .range(after + 1..)
-                .take_while(|(_, payload)| {
-                    let fits = total == 0 || total + payload.len() <= max_bytes;
-                    total += payload.len().max(1);
-                    fits
-                })
-                .take(512)
-                .map(|(seq, payload)| (*seq, payload.clone()))
-                .collect();
-            Snapshot {
-                epoch: stored.epoch,
-                published: stored.published,
-                first_retained: stored
-                    .events
-                    .keys()
-                    .next()
-                    .copied()
-                    .unwrap_or(stored.published + 1),
-                events,
-                meta: stored.meta.clone(),
-            }
-        }))
+        self.read(id, after, max_bytes, None).await
+    }
+
+    async fn after_fields(
+        &self,
+        id: &LogId,
+        after: u64,
+        max_bytes: usize,
+        fields: &[&str],
+    ) -> Result<Option<Snapshot>, HistoryError> {
+        self.read(id, after, max_bytes, Some(fields)).await
     }
 
     fn follow(&self, id: &LogId) -> MemoryFollower {
@@ -365,10 +397,17 @@ impl History for MemoryHistory {
                 }
             }
         }
+        let meta = match &update.fields {
+            None => stored.meta.clone(),
+            Some(fields) => fields
+                .iter()
+                .filter_map(|name| Some((name.clone(), stored.meta.get(name)?.clone())))
+                .collect(),
+        };
         Ok(Updated {
             applied: !refused,
             epoch: stored.epoch,
-            meta: stored.meta.clone(),
+            meta,
         })
     }
 

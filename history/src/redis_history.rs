@@ -319,6 +319,50 @@ impl RedisHistory {
             .get_or_init(|| Notifier::start(self.client.clone(), self.config.timeout))
     }
 
+    /// One read (`read.lua`): the log's meta (only the caller fields
+    /// `fields` names, if given) and its events after `after`.
+    async fn read(
+        &self,
+        id: &LogId,
+        after: u64,
+        max_bytes: usize,
+        fields: Option<&[&str]>,
+    ) -> Result<Option<Snapshot>, HistoryError> {
+        let value: Value = self
+            .run(&self.scripts.read, id, |invocation| {
+                invocation
+                    .arg(after)
+                    .arg(max_bytes)
+                    .arg(keys_ttl(self.config.idle));
+                if let Some(fields) = fields {
+                    invocation.arg(fields.len());
+                    for name in fields {
+                        invocation.arg(*name);
+                    }
+                }
+            })
+            .await?;
+        let items = match value {
+            Value::Nil => return Ok(None),
+            Value::Array(items) if items.len() == 5 => items,
+            other => return Err(HistoryError::Corrupt(format!("read answered {other:?}"))),
+        };
+        let mut items = items.into_iter();
+        let mut next = || items.next().unwrap_or(Value::Nil);
+        let epoch = parse_epoch(&text_of(next())?)?;
+        let published = parse_seq(&text_of(next())?)?;
+        let events = entries(next())?;
+        let first_retained = parse_seq(&text_of(next())?)?;
+        let meta = caller_meta(next())?;
+        Ok(Some(Snapshot {
+            epoch,
+            published,
+            first_retained,
+            events,
+            meta,
+        }))
+    }
+
     /// Runs `script` on log `id`'s keys (meta, stream, sizes) with `args`.
     async fn run<T: redis::FromRedisValue>(
         &self,
@@ -398,33 +442,19 @@ impl History for RedisHistory {
         after: u64,
         max_bytes: usize,
     ) -> Result<Option<Snapshot>, HistoryError> {
-        let value: Value = self
-            .run(&self.scripts.read, id, |invocation| {
-                invocation
-                    .arg(after)
-                    .arg(max_bytes)
-                    .arg(keys_ttl(self.config.idle));
-            })
-            .await?;
-        let items = match value {
-            Value::Nil => return Ok(None),
-            Value::Array(items) if items.len() == 5 => items,
-            other => return Err(HistoryError::Corrupt(format!("read answered {other:?}"))),
-        };
-        let mut items = items.into_iter();
-        let mut next = || items.next().unwrap_or(Value::Nil);
-        let epoch = parse_epoch(&text_of(next())?)?;
-        let published = parse_seq(&text_of(next())?)?;
-        let events = entries(next())?;
-        let first_retained = parse_seq(&text_of(next())?)?;
-        let meta = caller_meta(next())?;
-        Ok(Some(Snapshot {
-            epoch,
-            published,
-            first_retained,
-            events,
-            meta,
-        }))
+        self.read(id, after, max_bytes, None).await
+    }
+
+    /// `read.lua` given the names: it reads them and the log's own fields
+    /// with `HMGET`, never the whole meta.
+    async fn after_fields(
+        &self,
+        id: &LogId,
+        after: u64,
+        max_bytes: usize,
+        fields: &[&str],
+    ) -> Result<Option<Snapshot>, HistoryError> {
+        self.read(id, after, max_bytes, Some(fields)).await
     }
 
     fn follow(&self, id: &LogId) -> Followed {
@@ -469,6 +499,17 @@ impl History for RedisHistory {
                     None => invocation.arg("").arg(0),
                 };
                 invocation.arg(update.increment.as_deref().unwrap_or(""));
+                match &update.fields {
+                    None => {
+                        invocation.arg("");
+                    }
+                    Some(fields) => {
+                        invocation.arg(fields.len());
+                        for name in fields {
+                            invocation.arg(name);
+                        }
+                    }
+                }
                 for (name, value) in &update.raise {
                     invocation.arg(name).arg(*value);
                 }

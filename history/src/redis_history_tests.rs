@@ -103,3 +103,109 @@ mod expiry {
         }
     }
 }
+
+/// What the scripts run in Redis, seen in `INFO commandstats` (commands a
+/// script calls are counted there too).
+mod commands {
+    use super::super::RedisHistory;
+    use crate::test_support::{Persistence, RedisServer};
+    use crate::{History, HistoryConfig, Known, LogId, Meta, MetaUpdate};
+    use bytes::Bytes;
+    use std::time::Duration;
+
+    /// How many times Redis ran `command` since the last `CONFIG RESETSTAT`.
+    async fn calls(probe: &mut redis::aio::MultiplexedConnection, command: &str) -> u64 {
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(probe)
+            .await
+            .expect("INFO commandstats");
+        let prefix = format!("cmdstat_{command}:calls=");
+        stats
+            .lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .map_or(0, |rest| {
+                rest.split(',')
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .expect("a count")
+            })
+    }
+
+    /// A read of named fields and an update answering named fields never
+    /// read the whole meta (`HGETALL`): a log with many caller fields
+    /// (an idempotent producer's each) would move all of them every time.
+    /// The same calls without names do (the measure is live).
+    #[tokio::test]
+    async fn named_fields_are_read_without_hgetall() {
+        let redis = RedisServer::start(Persistence::None);
+        let history = RedisHistory::connect(HistoryConfig {
+            url: redis.url(),
+            cluster: false,
+            timeout: Duration::from_secs(5),
+            retention: 16,
+            retention_bytes: 1 << 20,
+            idle: Duration::from_secs(600),
+            ca_file: None,
+        })
+        .await
+        .expect("redis-server answers");
+        let mut probe = redis::Client::open(redis.url())
+            .expect("a URL")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("a probe connection");
+        let id = LogId::random().expect("the OS random source");
+        let meta: Meta = (0..100)
+            .map(|n| (format!("p/{n}"), n.to_string()))
+            .collect();
+        assert!(history.create(&id, 7, &meta).await.expect("created"));
+        let known = Known {
+            epoch: 7,
+            published: 0,
+        };
+        history
+            .append(
+                &id,
+                known,
+                &[Bytes::from_static(b"{}")],
+                tokio::time::Instant::now() + Duration::from_secs(5),
+            )
+            .await
+            .expect("appended");
+        redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async::<()>(&mut probe)
+            .await
+            .expect("CONFIG RESETSTAT");
+
+        let read = history
+            .after_fields(&id, 0, 1 << 20, &["p/1", "p/2"])
+            .await
+            .expect("read")
+            .expect("the log");
+        assert_eq!(read.meta.len(), 2);
+        let touch = MetaUpdate {
+            raise: vec![("accessed".to_owned(), 9)],
+            fields: Some(vec!["p/3".to_owned()]),
+            ..MetaUpdate::default()
+        };
+        let updated = history.update_meta(&id, &touch).await.expect("update");
+        assert_eq!(updated.meta.len(), 1);
+        assert_eq!(calls(&mut probe, "hgetall").await, 0);
+        assert!(calls(&mut probe, "hmget").await >= 2);
+
+        history
+            .after(&id, 0, 1 << 20)
+            .await
+            .expect("read")
+            .expect("the log");
+        assert_eq!(calls(&mut probe, "hgetall").await, 1);
+        let touch = MetaUpdate {
+            fields: None,
+            ..touch
+        };
+        history.update_meta(&id, &touch).await.expect("update");
+        assert_eq!(calls(&mut probe, "hgetall").await, 2);
+    }
+}

@@ -167,6 +167,8 @@ impl<H: History> SessionHistory for Replicated<H> {
                     (fields::ACKED.to_owned(), acked),
                     (fields::SENT.to_owned(), sent),
                 ],
+                // Only the attach generation is read back (below).
+                fields: Some(vec![fields::ATTACH.to_owned()]),
             };
             let updated = self.history.update_meta(&log_of(id), &update).await?;
             Ok(Some(Raised {
