@@ -139,6 +139,15 @@ async fn contract<H: History>(history: &H) {
         [(5, Bytes::from("event 5"))],
         "one event at least, paged by bytes"
     );
+    // After the last possible seq: the meta alone, no event.
+    let meta_only = history
+        .after(&id, u64::MAX, 0)
+        .await
+        .expect("read")
+        .expect("the log");
+    assert!(meta_only.events.is_empty());
+    assert_eq!((meta_only.published, meta_only.first_retained), (6, 3));
+    assert_eq!(meta_only.meta, meta(&[("pk", "k1")]));
     let loaded = history.load(&id).await.expect("load").expect("the log");
     assert_eq!(loaded.events.len(), 4);
 

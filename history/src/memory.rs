@@ -15,6 +15,7 @@ use super::{
 use crate::LogId;
 use bytes::Bytes;
 use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -174,7 +175,8 @@ impl MemoryHistory {
             let mut total = 0;
             let events = stored
                 .events
-                .range(after + 1..)
+                // After `u64::MAX`: none (a read of the meta alone).
+                .range((Bound::Excluded(after), Bound::Unbounded))
                 .take_while(|(_, payload)| {
                     let fits = total == 0 || total + payload.len() <= max_bytes;
                     total += payload.len().max(1);
