@@ -527,6 +527,12 @@ fn flags_that_could_panic_the_server_are_refused_at_startup() {
     }
 }
 
+/// A run's command-line arguments and added environment.
+type Run = (
+    &'static [&'static str],
+    &'static [(&'static str, &'static str)],
+);
+
 /// How one run of `gapless-server serve` went, within [`IO`].
 #[derive(Debug)]
 enum Outcome {
@@ -606,7 +612,7 @@ fn serve_outcome(args: &[&str], envs: &[(&str, &str)]) -> Outcome {
 /// and if the message leaves out a flag's name.
 #[test]
 fn a_non_loopback_address_without_keys_does_not_start() {
-    let refused: [(&[&str], &[(&str, &str)]); 4] = [
+    let refused: [Run; 4] = [
         (&["--addr", "0.0.0.0:0"], &[]),
         (&["--addr", "[::]:0"], &[]),
         (&[], &[("GAPLESS_ADDR", "0.0.0.0:0")]),
@@ -627,25 +633,25 @@ fn a_non_loopback_address_without_keys_does_not_start() {
         }
     }
     let open = "listening on http://0.0.0.0:";
-    let started: [(&[&str], &[(&str, &str)], &str); 4] = [
+    let started: [(Run, &str); 4] = [
         (
-            &["--addr", "0.0.0.0:0", "--allow-anonymous-writes"],
-            &[],
+            (&["--addr", "0.0.0.0:0", "--allow-anonymous-writes"], &[]),
             open,
         ),
-        (&["--addr", "0.0.0.0:0", "--publish-keys"], &[], open),
+        ((&["--addr", "0.0.0.0:0", "--publish-keys"], &[]), open),
         (
-            &["--addr", "0.0.0.0:0"],
-            &[("GAPLESS_ALLOW_ANONYMOUS_WRITES", "true")],
+            (
+                &["--addr", "0.0.0.0:0"],
+                &[("GAPLESS_ALLOW_ANONYMOUS_WRITES", "true")],
+            ),
             open,
         ),
         (
-            &["--addr", "127.0.0.1:0"],
-            &[],
+            (&["--addr", "127.0.0.1:0"], &[]),
             "listening on http://127.0.0.1:",
         ),
     ];
-    for (args, envs, expected) in started {
+    for ((args, envs), expected) in started {
         match serve_outcome(args, envs) {
             Outcome::Started(line) => assert!(line.starts_with(expected), "{args:?}: {line}"),
             exited => panic!("{args:?} {envs:?}: did not start: {exited:?}"),

@@ -10,6 +10,10 @@
 //! The path is decoded before it names a stream, so `a%2Fb` would be the
 //! stream `a/b`, and a proxy rule on the prefix `/v1/stream/a/` (which sees
 //! the raw path) would not apply to it.
+//!
+//! A refusal is the answer itself, as in `http`: built once, on the error
+//! path, so its size does not matter.
+#![allow(clippy::result_large_err)]
 
 use super::answer;
 use axum::body::Body;
