@@ -172,9 +172,76 @@ impl Drop for ClientSlot {
     }
 }
 
+/// What each client's Durable Streams hold of the memory budget, at most
+/// `limit` bytes a client: the per-client guard of streams is measured in
+/// what they hold, not counted in slots sized for full rings. Only clients
+/// holding something have an entry.
+#[derive(Debug)]
+pub(crate) struct ClientShares {
+    limit: u64,
+    held: Mutex<HashMap<ClientKey, u64>>,
+}
+
+impl ClientShares {
+    pub(crate) fn new(limit: u64) -> Arc<Self> {
+        Arc::new(Self {
+            limit,
+            held: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// `amount` more for `client`, or nothing if that would take it past
+    /// its share.
+    pub(crate) fn take(self: &Arc<Self>, client: ClientKey, amount: u64) -> Option<ClientShare> {
+        // Only counted under the lock, never left half-updated.
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = held.get(&client).copied().unwrap_or(0);
+        let total = now
+            .checked_add(amount)
+            .filter(|&total| total <= self.limit)?;
+        held.insert(client, total);
+        Some(ClientShare {
+            table: Arc::clone(self),
+            client,
+            amount,
+        })
+    }
+
+    /// What `client` holds now.
+    #[cfg(test)]
+    pub(crate) fn held_by(&self, client: ClientKey) -> u64 {
+        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        held.get(&client).copied().unwrap_or(0)
+    }
+}
+
+/// Bytes of one client's share, given back on drop.
+#[derive(Debug)]
+pub(crate) struct ClientShare {
+    table: Arc<ClientShares>,
+    client: ClientKey,
+    amount: u64,
+}
+
+impl Drop for ClientShare {
+    fn drop(&mut self) {
+        let mut held = self
+            .table
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(total) = held.get_mut(&self.client) {
+            *total = total.saturating_sub(self.amount);
+            if *total == 0 {
+                held.remove(&self.client);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{Bounded, PerClient};
+    use super::{Bounded, ClientShares, PerClient};
     use crate::client_addr::ClientKey;
 
     #[test]
@@ -207,5 +274,28 @@ mod tests {
         drop(other);
         assert_eq!(table.held_by(two), 0);
         assert!(!table.held.lock().unwrap().contains_key(&two));
+    }
+
+    #[test]
+    fn a_clients_share_is_bytes_given_back_on_drop() {
+        let shares = ClientShares::new(100);
+        let (one, two) = (
+            ClientKey::of("192.0.2.1".parse().unwrap()),
+            ClientKey::of("192.0.2.2".parse().unwrap()),
+        );
+        let a = shares.take(one, 60).expect("60 of 100");
+        assert!(shares.take(one, 41).is_none(), "60 + 41 > 100");
+        assert_eq!(shares.held_by(one), 60, "a refused take holds nothing");
+        let b = shares.take(two, 100).expect("another client's own share");
+        let c = shares.take(one, 40).expect("exactly the share");
+        drop(a);
+        assert_eq!(shares.held_by(one), 40);
+        drop((b, c));
+        assert_eq!((shares.held_by(one), shares.held_by(two)), (0, 0));
+        assert!(shares.take(one, u64::MAX).is_none(), "no overflow");
+        assert!(
+            shares.held.lock().unwrap().is_empty(),
+            "idle clients forgotten"
+        );
     }
 }

@@ -98,6 +98,17 @@ pub struct ServerConfig {
     /// answers `204`, and how often a live SSE read sends a keep-alive
     /// control event (default 20 s).
     pub long_poll_timeout: Duration,
+    /// The share (1 ..= 100 %) of the memory budget one client's Durable
+    /// Streams may hold together (default 25 %): a client past it is
+    /// refused `429 stream_memory_per_client`.
+    pub stream_memory_per_client: u8,
+    /// Idempotent producers a Durable Stream keeps at most: a new one past
+    /// them evicts the one idle longest (default 1,024).
+    pub max_producers_per_stream: usize,
+    /// A Durable Stream forgets an idempotent producer after this long
+    /// without an append from it (default 24 h, Kafka's
+    /// `producer.id.expiration.ms`).
+    pub producer_idle_timeout: Duration,
     /// With `Some`, instances sharing this Redis serve the same sessions
     /// (see [`HistoryConfig`]); `None` (default): one process holds each
     /// session.
@@ -133,6 +144,9 @@ impl Default for ServerConfig {
             max_queued_emits: 10_000,
             publish_keys: false,
             long_poll_timeout: Duration::from_secs(20),
+            stream_memory_per_client: 25,
+            max_producers_per_stream: 1024,
+            producer_idle_timeout: Duration::from_secs(24 * 60 * 60),
             redis: None,
         }
     }
@@ -170,6 +184,11 @@ impl ServerConfig {
             ("--max-body", self.max_body),
             ("--ws-max-message", self.ws_max_message),
             ("--max-queued-emits", self.max_queued_emits),
+            ("--max-producers-per-stream", self.max_producers_per_stream),
+            (
+                "--stream-memory-per-client",
+                usize::from(self.stream_memory_per_client),
+            ),
         ] {
             if value == 0 {
                 return Err(InvalidConfig::ZeroLimit { flag });

@@ -52,11 +52,14 @@ pub(crate) enum Limit {
     PongTimeout,
     /// A handler panicked (answered `500`).
     Panic,
+    /// A Durable Stream's create or growth past its client's share of the
+    /// memory budget.
+    StreamMemoryPerClient,
 }
 
 impl Limit {
     /// Every limit, in the order a fresh scrape lists them.
-    const ALL: [Self; 13] = [
+    const ALL: [Self; 14] = [
         Self::Sessions,
         Self::SessionsPerClient,
         Self::MemoryBudget,
@@ -70,6 +73,7 @@ impl Limit {
         Self::WsMessageSize,
         Self::PongTimeout,
         Self::Panic,
+        Self::StreamMemoryPerClient,
     ];
 
     /// The label value.
@@ -88,6 +92,7 @@ impl Limit {
             Self::WsMessageSize => "ws_message_size",
             Self::PongTimeout => "pong_timeout",
             Self::Panic => "panic",
+            Self::StreamMemoryPerClient => "stream_memory_per_client",
         }
     }
 }

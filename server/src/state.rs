@@ -614,13 +614,19 @@ impl AppState {
     ) -> Result<Self, InvalidConfig> {
         let limits = Limits::new(&config)?;
         let sessions = Arc::new(Store::new(64));
-        let streams = Arc::new(Streams::new(
-            config.ring(),
-            config.idle_timeout,
-            Arc::clone(&limits.sessions),
-            Arc::clone(&limits.ring_memory),
-            Arc::clone(&limits.sessions_per_client),
-        ));
+        let streams = Arc::new(
+            Streams::new(
+                config.ring(),
+                config.idle_timeout,
+                Arc::clone(&limits.ring_memory),
+                limits.ring_memory.limit() / 100
+                    * u64::from(config.stream_memory_per_client.min(100)),
+            )
+            .with_producer_limits(crate::streams::stream::ProducerLimits {
+                per_stream: config.max_producers_per_stream,
+                idle: config.producer_idle_timeout,
+            }),
+        );
         let metrics = Metrics::new({
             let sessions = Arc::clone(&sessions);
             let streams = Arc::clone(&streams);

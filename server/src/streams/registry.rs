@@ -5,11 +5,17 @@
 
 use super::numbering::{Numbering, ReadRefusal};
 use super::offset::Generations;
-use super::stream::{Ended, ForkPoint, MakeError, NewStream, ProducerLimits, Settings, Stream};
-use crate::admission::{Bounded, Held, PerClient};
+use super::stream::{
+    ClientCharge, Ended, ForkPoint, MakeError, NewStream, ProducerLimits, Settings, Stream,
+};
+use crate::admission::{Bounded, ClientShares};
 use crate::client_addr::ClientKey;
-use gapless::{Config, Store};
+use gapless::Config;
+use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::atomic::Ordering;
+use std::sync::RwLock;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -56,16 +62,12 @@ pub(crate) enum CreateRefusal {
     BadSubOffset(&'static str),
     /// The initial body is not JSON (`400`).
     Json(super::json_mode::JsonRefusal),
-    /// At `--max-sessions` (`503`), or the client's share (`429`).
-    TooMany,
-    TooManyForClient,
     /// Past the memory budget (`503`).
     MemoryBudget,
+    /// Past the creating client's share of the memory budget (`429`).
+    ClientShare,
     /// Larger than the ring holds (`413`).
-    TooLarge {
-        len: usize,
-        max: usize,
-    },
+    TooLarge { len: usize, max: usize },
     /// The shared history did not answer (`503`).
     Unavailable,
     /// The ring cannot be built.
@@ -74,7 +76,7 @@ pub(crate) enum CreateRefusal {
 
 /// Every live stream.
 pub(crate) struct Streams {
-    streams: Store<String, Stream>,
+    streams: ByPath,
     /// Serialises creations and deletions (forks change two streams).
     structure: Mutex<()>,
     /// Generations for new streams: each larger than every earlier one.
@@ -84,10 +86,15 @@ pub(crate) struct Streams {
     /// Streams idle this long are dropped.
     idle: Duration,
     origin: Instant,
-    /// The server's limits, shared with the sessions.
-    slots: Arc<Bounded>,
+    /// The memory budget the sessions share: every stream's rings,
+    /// producers and overhead are charged to it, which is what bounds how
+    /// many streams the server holds.
     memory: Arc<Bounded>,
-    per_client: Arc<PerClient>,
+    /// What each client's streams hold of `memory`, at most a share each
+    /// (`--stream-memory-per-client`): a hostile client is bounded by what
+    /// it makes the server hold, and a backend creating many small streams
+    /// from one address is not refused at a count sized for full rings.
+    client_shares: Arc<ClientShares>,
     /// How many producers each stream keeps, and for how long.
     producer_limits: ProducerLimits,
 }
@@ -97,20 +104,19 @@ impl Streams {
     pub(crate) fn new(
         ring: Config,
         idle: Duration,
-        slots: Arc<Bounded>,
         memory: Arc<Bounded>,
-        per_client: Arc<PerClient>,
+        client_share: u64,
     ) -> Self {
+        let client_shares = ClientShares::new(client_share);
         Self {
-            streams: Store::new(16),
+            streams: ByPath::new(),
             structure: Mutex::new(()),
             generations: Generations::default(),
             ring,
             idle,
             origin: Instant::now(),
-            slots,
             memory,
-            per_client,
+            client_shares,
             producer_limits: ProducerLimits::default(),
         }
     }
@@ -193,10 +199,9 @@ impl Streams {
             }
             source.forks.fetch_add(1, Ordering::AcqRel);
         }
-        // The path is free under the lock: this inserts `stream`.
-        let (stream, _) = self
-            .streams
-            .get_or_insert_with(request.path.clone(), || stream);
+        let stream = Arc::new(stream);
+        self.streams
+            .insert(request.path.clone(), Arc::clone(&stream));
         Ok(Created::New(stream))
     }
 
@@ -244,7 +249,6 @@ impl Streams {
             ),
             false => None,
         };
-        let admission = self.admit(request.client)?;
         let generation = self.generations.next();
         let (lineage, start_after, ring_start, inherited) = match fork {
             Some(point) => (
@@ -270,13 +274,16 @@ impl Streams {
                 source,
                 producer_limits: self.producer_limits,
                 publish_key,
-                admission: admission.0,
-                client: admission.1,
+                client: request.client.map(|client| ClientCharge {
+                    shares: Arc::clone(&self.client_shares),
+                    client,
+                }),
             },
             &self.memory,
         )
         .map_err(|error| match error {
             MakeError::MemoryBudget => CreateRefusal::MemoryBudget,
+            MakeError::ClientShare => CreateRefusal::ClientShare,
             MakeError::TooLarge { len, max } => CreateRefusal::TooLarge { len, max },
             MakeError::Config(what) => CreateRefusal::Internal(what),
         })?;
@@ -287,6 +294,7 @@ impl Streams {
                     super::rules::AppendRefusal::TooLarge { len, max } => {
                         CreateRefusal::TooLarge { len, max }
                     }
+                    super::rules::AppendRefusal::ClientShare => CreateRefusal::ClientShare,
                     _ => CreateRefusal::MemoryBudget,
                 })?;
         }
@@ -298,23 +306,6 @@ impl Streams {
             let _ = stream.append(&[], &close, &self.memory);
         }
         Ok(stream)
-    }
-
-    /// A stream slot, its client's slot.
-    fn admit(
-        &self,
-        client: Option<ClientKey>,
-    ) -> Result<(Vec<Held>, Option<crate::admission::ClientSlot>), CreateRefusal> {
-        let slot = self.slots.take(1).ok_or(CreateRefusal::TooMany)?;
-        let client = match client {
-            Some(client) => Some(
-                self.per_client
-                    .take(client)
-                    .ok_or(CreateRefusal::TooManyForClient)?,
-            ),
-            None => None,
-        };
-        Ok((vec![slot], client))
     }
 
     /// Deletes the stream at `path`: `Some(true)` deleted, `Some(false)`
@@ -381,7 +372,7 @@ impl Streams {
     /// Drops every expired or idle stream (soft-deleting those with forks).
     pub(crate) fn sweep(&self) {
         let now = SystemTime::now();
-        for (_, stream) in self.streams.entries() {
+        for stream in self.streams.entries() {
             if !stream.soft_deleted.load(Ordering::Acquire) && self.expired(&stream, now) {
                 let _structure = self.lock();
                 self.remove_if_expired_locked(&stream);
@@ -392,6 +383,77 @@ impl Streams {
     /// Live streams (soft-deleted ones included).
     pub(crate) fn len(&self) -> usize {
         self.streams.len()
+    }
+}
+
+/// The streams by path: shards of a `HashMap` under a `RwLock` each. A
+/// lookup holds a shard's read lock for one probe and an `Arc` clone; an
+/// insert or a removal (serialised anyway by the registry's structure
+/// lock) holds its write lock for one map operation. Unlike the engine's
+/// `Store`, whose read-copy-update copies a shard's table per insert (for
+/// sessions, read far more than created), a backend creating 100,000
+/// streams pays the same for the last as for the first.
+struct ByPath {
+    shards: Box<[RwLock<HashMap<String, Arc<Stream>>>]>,
+    hasher: RandomState,
+}
+
+impl ByPath {
+    const SHARDS: usize = 64;
+
+    fn new() -> Self {
+        Self {
+            shards: (0..Self::SHARDS)
+                .map(|_| RwLock::new(HashMap::new()))
+                .collect(),
+            hasher: RandomState::new(),
+        }
+    }
+
+    fn shard(&self, path: &str) -> &RwLock<HashMap<String, Arc<Stream>>> {
+        let at = self.hasher.hash_one(path) as usize % Self::SHARDS;
+        &self.shards[at]
+    }
+
+    fn get(&self, path: &str) -> Option<Arc<Stream>> {
+        let shard = self
+            .shard(path)
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        shard.get(path).cloned()
+    }
+
+    fn insert(&self, path: String, stream: Arc<Stream>) {
+        let mut shard = self
+            .shard(&path)
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        shard.insert(path, stream);
+    }
+
+    fn remove(&self, path: &str) {
+        let mut shard = self
+            .shard(path)
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        shard.remove(path);
+    }
+
+    fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| shard.read().unwrap_or_else(PoisonError::into_inner).len())
+            .sum()
+    }
+
+    /// Every stream, shard by shard (each shard's a snapshot).
+    fn entries(&self) -> Vec<Arc<Stream>> {
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            let shard = shard.read().unwrap_or_else(PoisonError::into_inner);
+            out.extend(shard.values().cloned());
+        }
+        out
     }
 }
 

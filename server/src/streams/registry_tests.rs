@@ -4,7 +4,7 @@
 //! builds its stream.
 
 use super::{CreateRefusal, CreateRequest, Created, Streams};
-use crate::admission::{Bounded, PerClient};
+use crate::admission::Bounded;
 use crate::streams::rules::AppendRequest;
 use crate::streams::stream::{Settings, Stream};
 use gapless::Config;
@@ -17,8 +17,7 @@ fn registry(ring: Config) -> Arc<Streams> {
         ring,
         Duration::from_secs(600),
         Bounded::new(u64::MAX),
-        Bounded::new(u64::MAX),
-        PerClient::new(usize::MAX),
+        u64::MAX,
     ))
 }
 

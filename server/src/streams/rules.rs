@@ -75,6 +75,8 @@ pub(crate) enum AppendRefusal {
     TooLarge { len: usize, max: usize },
     /// Growing the ring would take the server past its memory budget.
     MemoryBudget,
+    /// ... or the stream's creating client past its share of it (`429`).
+    ClientShare,
     /// The stream was deleted meanwhile.
     Gone,
     /// The shared history did not answer (`503`).

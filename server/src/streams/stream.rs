@@ -13,7 +13,8 @@ use super::offset::{Offset, Start};
 use super::rules::{
     decide, AppendRefusal, AppendRequest, Appended, Decision, Producer, WriterState,
 };
-use crate::admission::{Bounded, Held};
+use crate::admission::{Bounded, ClientShare, ClientShares, Held};
+use crate::client_addr::ClientKey;
 use gapless::{Config, EmitError, ReplayError, Ring, SingleWriter, Writer};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -57,6 +58,34 @@ impl Default for ProducerLimits {
 /// its id: the map's slot, the state and its guard.
 const PRODUCER_ENTRY_BYTES: u64 = 96;
 
+/// What a stream is charged besides its ring and producers: the stream
+/// itself and its registry entry (its path is charged on top).
+const STREAM_OVERHEAD_BYTES: u64 = 1024;
+
+/// A share of the memory budget, and the same bytes of the creating
+/// client's share of it: given back on drop.
+#[derive(Debug)]
+pub(crate) struct Charge {
+    _budget: Held,
+    _client: Option<ClientShare>,
+}
+
+/// Why a [`Charge`] was not taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ChargeRefusal {
+    /// Past the server's memory budget (`503`).
+    Budget,
+    /// Past the creating client's share of it (`429`).
+    ClientShare,
+}
+
+/// The creating client's share of the budget that a stream charges.
+#[derive(Clone, Debug)]
+pub(crate) struct ClientCharge {
+    pub(crate) shares: Arc<ClientShares>,
+    pub(crate) client: ClientKey,
+}
+
 /// One idempotent producer the stream knows.
 struct ProducerEntry {
     state: Producer,
@@ -66,7 +95,7 @@ struct ProducerEntry {
     /// smallest is the producer idle longest (milliseconds tie).
     last_append: u64,
     /// Its id and entry, charged to the memory budget.
-    _memory: Held,
+    _memory: Charge,
 }
 
 /// What a stream was created with; compared by an idempotent create.
@@ -186,7 +215,7 @@ struct Tail {
     /// ... and their sum: what the ring holds, which decides its growth.
     words: usize,
     /// The ring's share of the memory budget.
-    memory: Held,
+    memory: Charge,
     /// The producers it knows, at most [`ProducerLimits::per_stream`],
     /// none idle past [`ProducerLimits::idle`] once an append looked.
     producers: HashMap<String, ProducerEntry>,
@@ -240,9 +269,12 @@ pub(crate) struct Stream {
     /// With `--publish-keys`: what writes must present as
     /// `Authorization: Bearer`.
     pub(crate) publish_key: Option<crate::ids::PublishKey>,
-    /// The stream's slot of `--max-sessions` and its client's slot.
-    _admission: Vec<Held>,
-    _client: Option<crate::admission::ClientSlot>,
+    /// The creating client's share, charged with everything the stream
+    /// holds (its ring, producers, overhead): `None` for a stream made
+    /// without a client address (tests, embedders).
+    client: Option<ClientCharge>,
+    /// The stream's own overhead and its path, charged.
+    _overhead: Charge,
 }
 
 /// Everything needed to make a stream.
@@ -267,8 +299,9 @@ pub(crate) struct NewStream {
     pub(crate) source: Option<Arc<Stream>>,
     pub(crate) producer_limits: ProducerLimits,
     pub(crate) publish_key: Option<crate::ids::PublishKey>,
-    pub(crate) admission: Vec<Held>,
-    pub(crate) client: Option<crate::admission::ClientSlot>,
+    /// The creating client's share of the budget, charged with the
+    /// stream's memory.
+    pub(crate) client: Option<ClientCharge>,
 }
 
 /// Why a stream could not be made.
@@ -276,6 +309,8 @@ pub(crate) struct NewStream {
 pub(crate) enum MakeError {
     /// Its first ring is past the memory budget.
     MemoryBudget,
+    /// Its first ring is past the creating client's share of the budget.
+    ClientShare,
     /// An inherited message or initial body is larger than the ring holds.
     TooLarge { len: usize, max: usize },
     /// The configured ring cannot be built.
@@ -295,7 +330,14 @@ impl Stream {
         .start_after(new.ring_start);
         let writer = Writer::try_new(first).map_err(|e| MakeError::Config(e.to_string()))?;
         let footprint = footprint(&first)?;
-        let memory = budget.take(footprint).ok_or(MakeError::MemoryBudget)?;
+        let charge = |amount| {
+            take_charge(budget, new.client.as_ref(), amount).map_err(|refusal| match refusal {
+                ChargeRefusal::Budget => MakeError::MemoryBudget,
+                ChargeRefusal::ClientShare => MakeError::ClientShare,
+            })
+        };
+        let overhead = charge(STREAM_OVERHEAD_BYTES + new.path.len() as u64)?;
+        let memory = charge(footprint)?;
         let mut tail = Tail {
             writer,
             sizes: VecDeque::new(),
@@ -334,8 +376,8 @@ impl Stream {
             source: new.source,
             producer_limits: new.producer_limits,
             publish_key: new.publish_key,
-            _admission: new.admission,
-            _client: new.client,
+            client: new.client,
+            _overhead: overhead,
         })
     }
 
@@ -431,6 +473,14 @@ impl Stream {
         self.changed.send_modify(|version| *version += 1);
     }
 
+    /// `amount` of the budget and of the creating client's share.
+    fn charge(&self, budget: &Arc<Bounded>, amount: u64) -> Result<Charge, AppendRefusal> {
+        take_charge(budget, self.client.as_ref(), amount).map_err(|refusal| match refusal {
+            ChargeRefusal::Budget => AppendRefusal::MemoryBudget,
+            ChargeRefusal::ClientShare => AppendRefusal::ClientShare,
+        })
+    }
+
     /// Restarts the stream's TTL and idle clocks.
     pub(crate) fn touch(&self) {
         self.last_access_ms
@@ -476,9 +526,7 @@ impl Stream {
         // JSON body holds no other writer of the stream up. Its refusal
         // is answered after the rules, as the rules come first.
         // Its copy is counted in the memory budget while it is held.
-        let _transient = budget
-            .take(body.len() as u64)
-            .ok_or(AppendRefusal::MemoryBudget)?;
+        let _transient = self.charge(budget, body.len() as u64)?;
         let parsed = match (self.json, body.is_empty()) {
             (_, true) => Ok(None),
             (true, false) => json_mode::payload(body, false).map_err(AppendRefusal::Json),
@@ -509,11 +557,9 @@ impl Stream {
         // A producer new to the stream is charged before anything is
         // stored: a refusal stores nothing.
         let charge = match (request.producer, known) {
-            (Some((id, _, _)), None) => Some(
-                budget
-                    .take(id.len() as u64 + PRODUCER_ENTRY_BYTES)
-                    .ok_or(AppendRefusal::MemoryBudget)?,
-            ),
+            (Some((id, _, _)), None) => {
+                Some(self.charge(budget, id.len() as u64 + PRODUCER_ENTRY_BYTES)?)
+            }
             _ => None,
         };
         if let Some(payload) = &payload {
@@ -630,7 +676,7 @@ impl Stream {
             return Ok(());
         }
         let footprint = footprint(&config).map_err(|_| AppendRefusal::MemoryBudget)?;
-        let memory = budget.take(footprint).ok_or(AppendRefusal::MemoryBudget)?;
+        let memory = self.charge(budget, footprint)?;
         let mut writer = Writer::try_new(config).map_err(|_| AppendRefusal::MemoryBudget)?;
         let (mut sizes, mut words) = (VecDeque::new(), 0);
         let mut seq = old.first_retained();
@@ -723,6 +769,28 @@ pub(crate) enum Ended {
     SoftDeleted,
 }
 
+/// `amount` of `budget`, and of `client`'s share when the stream has one.
+fn take_charge(
+    budget: &Arc<Bounded>,
+    client: Option<&ClientCharge>,
+    amount: u64,
+) -> Result<Charge, ChargeRefusal> {
+    let held = budget.take(amount).ok_or(ChargeRefusal::Budget)?;
+    let client = match client {
+        Some(charge) => Some(
+            charge
+                .shares
+                .take(charge.client, amount)
+                .ok_or(ChargeRefusal::ClientShare)?,
+        ),
+        None => None,
+    };
+    Ok(Charge {
+        _budget: held,
+        _client: client,
+    })
+}
+
 /// Milliseconds since `origin`.
 fn millis_since(origin: Instant) -> u64 {
     u64::try_from(origin.elapsed().as_millis()).unwrap_or(u64::MAX)
@@ -749,7 +817,7 @@ impl Tail {
         id: &str,
         state: Producer,
         now_ms: u64,
-        charge: Option<Held>,
+        charge: Option<Charge>,
         limits: ProducerLimits,
     ) {
         self.producer_appends += 1;
@@ -905,7 +973,6 @@ mod tests {
                 source: None,
                 producer_limits,
                 publish_key: None,
-                admission: Vec::new(),
                 client: None,
             },
             budget,
@@ -922,7 +989,8 @@ mod tests {
         let full = Config::default().events(64).bytes(4 << 20);
         let stream = stream(full, &budget);
         let first = stream.ring().geometry().footprint() as u64;
-        assert_eq!(budget.held(), first, "it costs its first ring");
+        let overhead = super::STREAM_OVERHEAD_BYTES + "s".len() as u64;
+        assert_eq!(budget.held(), first + overhead, "it costs its first ring");
         let mut rebuilt = 0;
         let mut ring = stream.ring();
         for n in 0..1000u32 {
@@ -942,7 +1010,10 @@ mod tests {
         assert!(rebuilt <= 8, "rebuilt {rebuilt} times");
         assert_eq!(stream.ring().published(), 1000);
         assert!(stream.ring().first_retained() > 900, "it evicts by events");
-        assert_eq!(budget.held(), stream.ring().geometry().footprint() as u64);
+        assert_eq!(
+            budget.held(),
+            stream.ring().geometry().footprint() as u64 + overhead
+        );
     }
 
     fn produce<'a>(id: &'a str, epoch: u64, seq: u64) -> AppendRequest<'a> {
@@ -960,7 +1031,7 @@ mod tests {
     /// charged to the budget.
     #[test]
     fn producers_are_capped_evicting_the_idlest_and_charged_to_the_budget() {
-        use super::{ProducerLimits, PRODUCER_ENTRY_BYTES};
+        use super::{ProducerLimits, PRODUCER_ENTRY_BYTES, STREAM_OVERHEAD_BYTES};
         use crate::streams::rules::{AppendRefusal, Appended};
         let budget = Bounded::new(u64::MAX);
         let limits = ProducerLimits {
@@ -981,7 +1052,12 @@ mod tests {
         assert_eq!(stream.producers_kept(), 4);
         let ring = stream.ring().geometry().footprint() as u64;
         let entry = "invocation-000".len() as u64 + PRODUCER_ENTRY_BYTES;
-        assert_eq!(budget.held(), ring + 4 * entry, "four entries charged");
+        let overhead = STREAM_OVERHEAD_BYTES + "s".len() as u64;
+        assert_eq!(
+            budget.held(),
+            ring + overhead + 4 * entry,
+            "four entries charged"
+        );
         // The newest is known: its retry is a duplicate, nothing stored.
         let published = stream.ring().published();
         assert!(matches!(
@@ -1043,8 +1119,10 @@ mod tests {
         use crate::streams::rules::AppendRefusal;
         let full = Config::default().events(16).bytes(16 << 10);
         let ring = full.geometry().expect("a ring").footprint() as u64;
-        // The ring and one byte's transient copy, no room for an entry.
-        let budget = Bounded::new(ring + 1);
+        // The stream, its ring and one byte's transient copy: no room for
+        // an entry.
+        let overhead = super::STREAM_OVERHEAD_BYTES + "s".len() as u64;
+        let budget = Bounded::new(ring + overhead + 1);
         let stream = stream(full, &budget);
         assert_eq!(
             stream.append(b"x", &produce("p", 0, 0), &budget),

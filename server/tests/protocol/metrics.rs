@@ -160,6 +160,7 @@ async fn every_metric_name_and_label_is_pinned() {
                     "ws_message_size",
                     "pong_timeout",
                     "panic",
+                    "stream_memory_per_client",
                 ],
             ),
             (

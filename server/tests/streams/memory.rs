@@ -160,6 +160,8 @@ async fn an_append_whose_growth_the_budget_refuses_is_503_and_changes_nothing() 
         let mut config = ServerConfig {
             ring_events: 32,
             ring_bytes: 32 << 10,
+            // The budget, not the client's share of it, is what trips.
+            stream_memory_per_client: 100,
             ..ServerConfig::default()
         };
         let full = config.ring().geometry().expect("the ring").footprint() as u64;
@@ -218,6 +220,123 @@ async fn an_append_whose_growth_the_budget_refuses_is_503_and_changes_nothing() 
         let retry = post(&client, "m", ct, &body(n)).await;
         assert_error(&retry, 503, "the retry");
         unchanged("after the retry".to_owned()).await;
+        stop(server).await;
+    })
+    .await;
+}
+
+/// Issue 36 item 9: a backend that creates 100,000 small streams from one
+/// address works at the defaults (a stream costs what it holds; the
+/// per-client guard is a share of the memory budget, not a count sized
+/// for full rings), eight creates in flight at a time.
+///
+/// Mutation: charge streams a slot of `--max-sessions` and of
+/// `--max-sessions-per-client` again (`Streams::create`): the 1,001st
+/// create is `429`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_creates_100000_small_streams_from_one_address() {
+    const STREAMS: usize = 100_000;
+    const IN_FLIGHT: usize = 8;
+    bounded("100,000 streams", async {
+        let (server, client) = start(ServerConfig::default()).await;
+        let mut next = 0;
+        while next < STREAMS {
+            let batch: Vec<_> = (next..(next + IN_FLIGHT).min(STREAMS))
+                .map(|i| {
+                    let client = client.clone();
+                    tokio::spawn(async move {
+                        let path = format!("small-{i}");
+                        let answer = crate::support::send(
+                            &client,
+                            client
+                                .request(gapless_client::Method::PUT, &crate::support::url(&path))
+                                .header("content-type", "application/json"),
+                            "PUT",
+                        )
+                        .await;
+                        (i, answer.status, answer.text())
+                    })
+                })
+                .collect();
+            for create in batch {
+                let (i, status, body) = create.await.expect("a create task");
+                assert_eq!(status, 201, "stream {i}: {body}");
+            }
+            next += IN_FLIGHT;
+        }
+        let last = format!("small-{}", STREAMS - 1);
+        append(&client, &last, "application/json", b"{\"n\":1}").await;
+        let read = read(&client, &last, "?offset=-1").await;
+        assert_eq!(read.text(), "[{\"n\":1}]");
+        stop(server).await;
+    })
+    .await;
+}
+
+/// Issue 36 item 9: one client's streams hold at most its share of the
+/// memory budget (`--stream-memory-per-client`, 25 % here): past it a
+/// create is `429 stream_memory_per_client`, counted under that limit,
+/// with what the server holds at most the share plus one stream; deleting
+/// one of its streams lets it create again.
+///
+/// Mutation: take the stream's charges from the budget alone
+/// (`take_charge` in `server/src/streams/stream.rs` ignoring the client's
+/// share): the creates go on to the budget and end in `503`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_clients_streams_hold_at_most_their_share_of_the_budget() {
+    bounded("client share", async {
+        let budget: u64 = 64 << 20;
+        let config = ServerConfig {
+            memory_budget: MemoryBudget::Bytes(budget),
+            ..ServerConfig::default()
+        };
+        let (server, client) = start(config).await;
+        let before = reserved(&client).await;
+        let mut made = 0usize;
+        let refused = loop {
+            let path = format!("s{made}");
+            let answer = crate::support::send(
+                &client,
+                client
+                    .request(gapless_client::Method::PUT, &crate::support::url(&path))
+                    .header("content-type", "text/plain"),
+                "PUT",
+            )
+            .await;
+            if answer.status != 201 {
+                break answer;
+            }
+            made += 1;
+            assert!(made < 100_000, "no create was refused");
+        };
+        assert_error(&refused, 429, "past the client's share");
+        assert_eq!(refused.json()["error"], "stream_memory_per_client");
+        let held = reserved(&client).await - before;
+        let per_stream = held / made as u64;
+        println!("{made} streams hold {held} B ({per_stream} B each) of a {budget} B budget");
+        assert!(
+            held <= budget / 4,
+            "{held} B held: past a quarter of {budget} B"
+        );
+        assert!(
+            held + 2 * per_stream > budget / 4,
+            "{held} B held: refused well before the share"
+        );
+        let metrics = Metrics::parse(
+            &crate::support::send(&client, client.get("/metrics"), "GET /metrics")
+                .await
+                .text(),
+        )
+        .expect("Prometheus text");
+        assert_eq!(
+            metrics.value(
+                "gapless_limits_tripped_total",
+                &[("kind", "stream_memory_per_client")]
+            ),
+            Some(1.0)
+        );
+        delete(&client, "s0").await;
+        create(&client, "again", "text/plain").await;
         stop(server).await;
     })
     .await;

@@ -58,6 +58,18 @@ pub struct ServeArgs {
     /// --publish-keys) such an --addr does not start.
     #[arg(long, env = "GAPLESS_ALLOW_ANONYMOUS_WRITES")]
     allow_anonymous_writes: bool,
+    /// The share of --memory-budget, in percent, one client's Durable
+    /// Streams may hold together (past it: 429).
+    #[arg(long, env = "GAPLESS_STREAM_MEMORY_PER_CLIENT", default_value = "25", value_parser = clap::value_parser!(u8).range(1..=100))]
+    stream_memory_per_client: u8,
+    /// Idempotent producers a Durable Stream keeps at most; a new one past
+    /// them evicts the one idle longest.
+    #[arg(long, env = "GAPLESS_MAX_PRODUCERS_PER_STREAM", default_value = "1024")]
+    max_producers_per_stream: usize,
+    /// Seconds after which a Durable Stream forgets an idempotent producer
+    /// that has not appended (its next seq but 0 is then refused).
+    #[arg(long, env = "GAPLESS_PRODUCER_IDLE_TIMEOUT", default_value = "86400", value_parser = seconds)]
+    producer_idle_timeout: Duration,
     /// Seconds without a request or an attached transport after which a
     /// session ends.
     #[arg(long, env = "GAPLESS_IDLE_TIMEOUT", default_value = "600", value_parser = seconds)]
@@ -187,6 +199,9 @@ impl ServeArgs {
             max_sessions_per_client: self.max_sessions_per_client,
             memory_budget: self.memory_budget,
             idle_timeout: self.idle_timeout,
+            stream_memory_per_client: self.stream_memory_per_client,
+            max_producers_per_stream: self.max_producers_per_stream,
+            producer_idle_timeout: self.producer_idle_timeout,
             shutdown_grace: self.shutdown_grace,
             write_timeout: self.write_timeout,
             sse_retry: Duration::from_millis(self.sse_retry_ms),

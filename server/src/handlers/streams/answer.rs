@@ -235,9 +235,21 @@ pub(crate) fn append_refused(refused: &AppendRefusal) -> Response<Body> {
             &[],
         ),
         AppendRefusal::MemoryBudget => memory_budget(),
+        AppendRefusal::ClientShare => client_share(),
         AppendRefusal::Gone => not_found(),
         AppendRefusal::Unavailable => unavailable(),
     }
+}
+
+/// `429 stream_memory_per_client`: the client's streams hold their share
+/// of the memory budget.
+fn client_share() -> Response<Body> {
+    refusal(
+        StatusCode::TOO_MANY_REQUESTS,
+        "stream_memory_per_client",
+        "this client's streams hold as much of the server's memory as one client may",
+        &[("retry-after", "5".to_owned())],
+    )
 }
 
 /// `503 history_unavailable`: the shared history did not answer.
@@ -312,19 +324,8 @@ pub(crate) fn create_refused(refused: &CreateRefusal) -> Response<Body> {
         CreateRefusal::Json(crate::streams::json_mode::JsonRefusal::EmptyArray) => {
             bad_request("an empty JSON array appends nothing")
         }
-        CreateRefusal::TooMany => refusal(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "too_many_sessions",
-            "the server holds as many sessions and streams as it may",
-            &[("retry-after", "5".to_owned())],
-        ),
-        CreateRefusal::TooManyForClient => refusal(
-            StatusCode::TOO_MANY_REQUESTS,
-            "too_many_sessions_per_client",
-            "this client holds as many sessions and streams as one client may",
-            &[("retry-after", "5".to_owned())],
-        ),
         CreateRefusal::MemoryBudget => memory_budget(),
+        CreateRefusal::ClientShare => client_share(),
         CreateRefusal::TooLarge { len, max } => refusal(
             StatusCode::PAYLOAD_TOO_LARGE,
             "payload_too_large",

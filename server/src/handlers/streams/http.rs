@@ -249,14 +249,14 @@ async fn create(state: &Arc<ServerState>, path: String, request: Request) -> Res
         Ok(Created::New(stream)) => (stream, StatusCode::CREATED),
         Ok(Created::Existing(stream)) => (stream, StatusCode::OK),
         Err(refused) => {
-            if matches!(
-                refused,
-                CreateRefusal::TooMany | CreateRefusal::MemoryBudget
-            ) {
-                state.metrics.tripped(match refused {
-                    CreateRefusal::TooMany => crate::metrics::Limit::Sessions,
-                    _ => crate::metrics::Limit::MemoryBudget,
-                });
+            match refused {
+                CreateRefusal::MemoryBudget => {
+                    state.metrics.tripped(crate::metrics::Limit::MemoryBudget)
+                }
+                CreateRefusal::ClientShare => state
+                    .metrics
+                    .tripped(crate::metrics::Limit::StreamMemoryPerClient),
+                _ => {}
             }
             return answer::create_refused(&refused);
         }
@@ -526,8 +526,14 @@ fn appended_response(
             finish(builder, Body::empty())
         }
         Err(refused) => {
-            if matches!(refused, AppendRefusal::MemoryBudget) {
-                state.metrics.tripped(crate::metrics::Limit::MemoryBudget);
+            match refused {
+                AppendRefusal::MemoryBudget => {
+                    state.metrics.tripped(crate::metrics::Limit::MemoryBudget)
+                }
+                AppendRefusal::ClientShare => state
+                    .metrics
+                    .tripped(crate::metrics::Limit::StreamMemoryPerClient),
+                _ => {}
             }
             answer::append_refused(&refused)
         }
