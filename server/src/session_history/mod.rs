@@ -55,7 +55,8 @@ pub(crate) trait SessionHistory: Send + Sync + 'static {
     ) -> Pending<'a, Result<bool, HistoryError>>;
 
     /// Session `id`, which this instance does not hold: its newest
-    /// retained events, cursors and publish key; `None`: no such session.
+    /// retained events, cursors and publish key; `None`: no such session
+    /// (a log of another kind, a Durable Stream's, is none).
     fn load<'a>(&'a self, id: &'a SessionId) -> Pending<'a, Result<Option<Loaded>, HistoryError>>;
 
     /// Gives `payload` the session's next seq, durably in the history, and
@@ -121,7 +122,8 @@ pub(crate) trait SessionHistory: Send + Sync + 'static {
     ) -> Pending<'a, Result<Completed, HistoryError>>;
 
     /// Deletes session `id` from the history; whether it held it (`false`
-    /// when the ring is the whole history: the caller ends the local copy).
+    /// when the ring is the whole history: the caller ends the local copy;
+    /// `false`, nothing deleted, for a log of another kind).
     fn delete<'a>(&'a self, id: &'a SessionId) -> Pending<'a, Result<bool, HistoryError>>;
 
     /// Emits waiting for the history on this instance.

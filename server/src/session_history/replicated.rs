@@ -4,10 +4,17 @@
 //! The session's semantics over the history's neutral log live here: its
 //! cursors, attach generation and publish key are fields of the log's
 //! [`Meta`] ([`fields`]), and an upgrade ticket is a token of the log.
+//!
+//! A session's log records its kind ([`LogKind::Session`]): a Durable
+//! Stream's log id is computable from its path, so a session route naming
+//! one must not load, append to or delete it. [`Replicated::load`] and
+//! [`Replicated::delete`] refuse any other log as no session (`404`), and
+//! every other call here is about a session already loaded through
+//! `load` (its entry, or its ID from the route that loaded it).
 
 use super::{Attach, Completed, EmitFailure, Loaded, OnStale, Pending, Raised, SessionHistory};
 use crate::entry::Entry;
-use crate::history::{counter, History, HistoryError, Meta, MetaUpdate, PER_EPOCH};
+use crate::history::{counter, History, HistoryError, LogKind, Meta, MetaUpdate, PER_EPOCH};
 use crate::ids::{log_of, PublishKey, SessionId};
 use crate::replica::ReplicaError;
 use bytes::Bytes;
@@ -88,6 +95,10 @@ impl<H: History> SessionHistory for Replicated<H> {
     ) -> Pending<'a, Result<bool, HistoryError>> {
         Box::pin(async move {
             let mut meta = Meta::new();
+            meta.insert(
+                LogKind::FIELD.to_owned(),
+                LogKind::Session.as_str().to_owned(),
+            );
             if let Some(key) = publish_key {
                 meta.insert(fields::PUBLISH_KEY.to_owned(), key.to_string());
             }
@@ -100,6 +111,12 @@ impl<H: History> SessionHistory for Replicated<H> {
             let Some(snapshot) = self.history.load(&log_of(id)).await? else {
                 return Ok(None);
             };
+            // Another kind's log (a Durable Stream's) is no session. Its
+            // retained events were read for nothing, but no more than a
+            // session's: the history trims every log to the same limits.
+            if LogKind::of(&snapshot.meta) != Some(LogKind::Session) {
+                return Ok(None);
+            }
             let (acked, sent) = cursors(&snapshot.meta)?;
             let publish_key = publish_key(&snapshot.meta)?;
             Ok(Some(Loaded {
@@ -257,7 +274,25 @@ impl<H: History> SessionHistory for Replicated<H> {
     }
 
     fn delete<'a>(&'a self, id: &'a SessionId) -> Pending<'a, Result<bool, HistoryError>> {
-        Box::pin(async move { self.history.delete(&log_of(id)).await })
+        Box::pin(async move {
+            let log = log_of(id);
+            // Only a session's log: a stream's is deleted by its own route
+            // (soft delete, fork accounting). The read and the delete need
+            // not be one step: a log's kind never changes, and no log of
+            // another kind takes this ID meanwhile (a stream's is a hash of
+            // its path, a session's drawn at random).
+            let Some(snapshot) = self
+                .history
+                .after_fields(&log, u64::MAX, 0, &LogKind::FIELDS)
+                .await?
+            else {
+                return Ok(false);
+            };
+            if LogKind::of(&snapshot.meta) != Some(LogKind::Session) {
+                return Ok(false);
+            }
+            self.history.delete(&log).await
+        })
     }
 
     fn emits_waiting(&self) -> u64 {
@@ -271,7 +306,7 @@ impl<H: History> SessionHistory for Replicated<H> {
 mod tests {
     use super::*;
     use crate::history::memory::MemoryHistory;
-    use crate::history::Known;
+    use crate::history::{Known, LogId};
 
     fn replicated() -> (Arc<MemoryHistory>, Replicated<MemoryHistory>) {
         let history = Arc::new(MemoryHistory::new(100, 1 << 20));
@@ -409,5 +444,108 @@ mod tests {
             history.take_token(&log_of(&id), &name).await.expect("take"),
             None
         );
+    }
+
+    /// A log of the history a session route may name: its ID, and that
+    /// ID as a session's. `meta` as its creator wrote it, one event in it.
+    async fn log_with(history: &MemoryHistory, meta: &[(&str, &str)]) -> (LogId, SessionId) {
+        let id = session();
+        let log = log_of(&id);
+        let meta: Meta = meta
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        assert!(history.create(&log, 5, &meta).await.expect("create"));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let known = Known {
+            epoch: 5,
+            published: 0,
+        };
+        history
+            .append(&log, known, &[Bytes::from_static(b"kept")], deadline)
+            .await
+            .expect("append");
+        (log, id)
+    }
+
+    /// A Durable Stream's log (its kind recorded, or from before kinds
+    /// were: a content type), and a log of a kind this server does not
+    /// know, is no session: not loaded, not deleted, still there, event
+    /// and meta, afterwards. Mutations that fail it (each checked): `load`
+    /// without its kind check (the stream's log loads as a session),
+    /// `delete` straight to the history without reading the kind (`true`,
+    /// the log gone), either check written `== Some(LogKind::Stream)` (the
+    /// unknown kind passes).
+    #[tokio::test]
+    async fn a_streams_log_or_an_unknown_kinds_is_neither_loaded_nor_deleted() {
+        let (history, replicated) = replicated();
+        for meta in [
+            &[("kind", "stream"), ("ct", "text/plain")][..],
+            &[("ct", "application/json"), ("closed", "1")][..],
+            &[("kind", "stream")][..],
+            &[("kind", "queue")][..],
+        ] {
+            let (log, id) = log_with(&history, meta).await;
+            let before = history.after(&log, 0, 1 << 20).await.expect("read");
+            assert!(before.is_some(), "{meta:?}: created");
+            assert!(
+                replicated.load(&id).await.expect("load").is_none(),
+                "{meta:?}: loaded as a session"
+            );
+            assert!(
+                !replicated.delete(&id).await.expect("delete"),
+                "{meta:?}: deleted as a session"
+            );
+            let after = history.after(&log, 0, 1 << 20).await.expect("read");
+            assert_eq!(after, before, "{meta:?}: the log changed");
+        }
+    }
+
+    /// A session's log records its kind; it, and a session's log from
+    /// before kinds were recorded (no kind, no content type), loads and
+    /// deletes; a missing one deletes nothing. Mutations that fail it
+    /// (each checked): `create` without the kind field (the first
+    /// assertion), the checks reading `kind == "session"` alone (the old
+    /// session is refused), `delete` answering `true` for a log it did
+    /// not find.
+    #[tokio::test]
+    async fn a_sessions_log_old_or_new_is_loaded_and_deleted() {
+        let (history, replicated) = replicated();
+        let id = session();
+        assert!(replicated.create(&id, 5, None).await.expect("create"));
+        let created = history
+            .after(&log_of(&id), 0, 0)
+            .await
+            .expect("read")
+            .expect("the log");
+        assert_eq!(
+            created.meta.get(LogKind::FIELD).map(String::as_str),
+            Some(LogKind::Session.as_str()),
+            "the kind a new session records"
+        );
+        let (old_log, old) = log_with(
+            &history,
+            &[("pk", &PublishKey::random().expect("random").to_string())],
+        )
+        .await;
+        for (id, what) in [(id, "a new session"), (old, "a session from before kinds")] {
+            assert!(
+                replicated.load(&id).await.expect("load").is_some(),
+                "{what}: not loaded"
+            );
+            assert!(
+                replicated.delete(&id).await.expect("delete"),
+                "{what}: not deleted"
+            );
+            assert!(
+                replicated.load(&id).await.expect("load").is_none(),
+                "{what}: still there"
+            );
+            assert!(
+                !replicated.delete(&id).await.expect("delete"),
+                "{what}: deleted twice"
+            );
+        }
+        assert!(history.after(&old_log, 0, 0).await.expect("read").is_none());
     }
 }

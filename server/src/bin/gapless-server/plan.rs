@@ -216,6 +216,8 @@ pub async fn probe_redis(
             "0",
             "c:epoch/attach",
             "1",
+            "c:kind",
+            "session",
         ])
         .query_async::<()>(&mut connection)
         .await?;
