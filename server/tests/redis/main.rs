@@ -29,6 +29,7 @@ mod bounds;
 mod cluster;
 mod expiry;
 mod failover;
+mod log_kinds;
 mod on_a_cluster;
 mod redis_cluster;
 /// A real `redis-server` per test: the history crate's launcher.

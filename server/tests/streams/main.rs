@@ -23,4 +23,5 @@ mod live;
 mod memory;
 mod offsets;
 mod retention;
+mod session_routes;
 mod support;
