@@ -600,7 +600,11 @@ impl AppState {
                     .redis
                     .as_ref()
                     .map_or(std::time::Duration::from_secs(2), |r| r.timeout),
-            )));
+            )
+            .with_producer_limits(crate::streams::stream::ProducerLimits {
+                per_stream: state.0.config.max_producers_per_stream,
+                idle: state.0.config.producer_idle_timeout,
+            })));
             let tasks = state.0.lifecycle.tracked_tasks();
             redis.set_spawner(Arc::new(move |task| drop(tokio::spawn(tasks.track(task)))));
         }

@@ -10,7 +10,7 @@ use crate::json::minify;
 use serde_json::value::RawValue;
 
 /// Why an append is not JSON the stream takes.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum JsonRefusal {
     /// The body is not one JSON value.
     Invalid(String),

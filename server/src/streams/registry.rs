@@ -70,6 +70,8 @@ pub(crate) enum CreateRefusal {
     TooLarge { len: usize, max: usize },
     /// The shared history did not answer (`503`).
     Unavailable,
+    /// The shared history is at its memory limit (`507`).
+    StorageFull,
     /// The ring cannot be built.
     Internal(String),
 }

@@ -19,15 +19,6 @@ impl Producer {
     pub(crate) fn encode(self) -> String {
         format!("{} {}", self.epoch, self.last_seq)
     }
-
-    /// The inverse of [`Producer::encode`].
-    pub(crate) fn parse(text: &str) -> Option<Self> {
-        let (epoch, seq) = text.split_once(' ')?;
-        Some(Self {
-            epoch: epoch.parse().ok()?,
-            last_seq: seq.parse().ok()?,
-        })
-    }
 }
 
 /// What an append carries besides its bytes.
@@ -57,7 +48,7 @@ pub(crate) enum Appended {
 }
 
 /// Why an append stored nothing.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum AppendRefusal {
     /// The stream is closed (`409`, `Stream-Closed: true`).
     Closed { tail: Offset },
@@ -81,6 +72,8 @@ pub(crate) enum AppendRefusal {
     Gone,
     /// The shared history did not answer (`503`).
     Unavailable,
+    /// The shared history is at its memory limit (`507`).
+    StorageFull,
 }
 
 /// The state an append is decided on.
@@ -245,16 +238,6 @@ mod tests {
         assert_eq!(
             producing(at(2, 3), 3, 1),
             Err(AppendRefusal::EpochMustStartAtZero)
-        );
-        assert_eq!(
-            Producer::parse(
-                &Producer {
-                    epoch: 5,
-                    last_seq: 9
-                }
-                .encode()
-            ),
-            at(5, 9)
         );
     }
 

@@ -23,13 +23,15 @@ use super::feed::PAGE_BYTES;
 use super::json_mode;
 use super::numbering::Numbering;
 use super::offset::{Generations, Offset};
-use super::registry::CreateRefusal;
+use super::registry::{initial_payload, CreateRefusal};
 use super::rules::{
     decide, AppendRefusal, AppendRequest, Appended, Decision, Producer, WriterState,
 };
 use super::shared_feed::SharedFeed;
-use super::stream::{media_type, sub_offset_prefix, Settings};
-use crate::history::{Guard, History, HistoryError, Known, LogId, Meta, MetaUpdate, Snapshot};
+use super::stream::{media_type, sub_offset_prefix, ProducerLimits, Settings};
+use crate::history::{
+    Guard, History, HistoryError, Known, LogId, LogKind, Meta, MetaUpdate, Snapshot,
+};
 use crate::ids::PublishKey;
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
@@ -62,8 +64,74 @@ mod field {
     pub(super) const LINEAGE: &str = "epoch/lineage";
     pub(super) const BASE: &str = "epoch/base";
     pub(super) const START: &str = "epoch/start";
-    /// An idempotent producer's state: `p/<id>`.
+    /// An idempotent producer's state: `p/<id>`, as `<epoch> <last seq>
+    /// <ms of its last append>`.
     pub(super) const PRODUCER: &str = "p/";
+    /// How many `p/<id>` fields the meta holds.
+    pub(super) const PRODUCERS: &str = "producers";
+    /// A fork's claim on its source, in the source's meta: `f/<the fork's
+    /// log>`. Counted in `forks` once however often the fork's create is
+    /// retried, and released (removed, `forks` lowered) once however many
+    /// removals of the fork race.
+    pub(super) const FORK_CLAIM: &str = "f/";
+    /// What the log holds: `stream` (see `crate::history::LogKind`).
+    pub(super) const KIND: &str = crate::history::LogKind::FIELD;
+
+    /// The fields every look and read asks for (a producer's or a claim's
+    /// field is named on top by the operation that needs it): never the
+    /// whole meta, whose producer fields may be many.
+    pub(super) const VIEW: [&str; 19] = [
+        CONTENT_TYPE,
+        TTL,
+        EXPIRES_AT,
+        FORKED_FROM,
+        FORK_OFFSET,
+        FORK_SUB_OFFSET,
+        PUBLISH_KEY,
+        INIT,
+        CLOSED,
+        CLOSED_BY,
+        STREAM_SEQ,
+        FORKS,
+        DELETED,
+        ACCESSED,
+        LINEAGE,
+        BASE,
+        START,
+        PRODUCERS,
+        KIND,
+    ];
+}
+
+/// The field of a fork's claim on its source.
+fn claim_field(fork_path: &str) -> String {
+    format!("{}{}", field::FORK_CLAIM, log_of(fork_path))
+}
+
+/// A producer's field value: its state and when it last appended.
+fn producer_value(state: Producer, at_ms: u64) -> String {
+    format!("{} {at_ms}", state.encode())
+}
+
+/// The inverse of [`producer_value`] (a value written before the time was
+/// kept has none: never idle).
+fn parse_producer(text: &str) -> Option<(Producer, Option<u64>)> {
+    let mut parts = text.split(' ');
+    let state = Producer {
+        epoch: parts.next()?.parse().ok()?,
+        last_seq: parts.next()?.parse().ok()?,
+    };
+    let at = match parts.next() {
+        Some(at) => Some(at.parse().ok()?),
+        None => None,
+    };
+    Some((state, at))
+}
+
+/// Whether a Redis refusal is its memory limit (`OOM command not
+/// allowed`, with `noeviction`): a write of a stream answers `507`.
+pub(crate) fn is_full(error: &HistoryError) -> bool {
+    matches!(error, HistoryError::Unavailable(cause) if cause.contains("OOM"))
 }
 
 /// Decisions retried at most on a meta that keeps changing under them.
@@ -94,7 +162,18 @@ fn now_ms() -> u64 {
 
 fn unavailable(error: &HistoryError) -> AppendRefusal {
     tracing::warn!(%error, "shared history (durable streams)");
-    AppendRefusal::Unavailable
+    match is_full(error) {
+        true => AppendRefusal::StorageFull,
+        false => AppendRefusal::Unavailable,
+    }
+}
+
+fn create_unavailable(error: &HistoryError) -> CreateRefusal {
+    tracing::warn!(%error, "shared history (durable streams create)");
+    match is_full(error) {
+        true => CreateRefusal::StorageFull,
+        false => CreateRefusal::Unavailable,
+    }
 }
 
 /// One stream as one read of its log saw it.
@@ -180,6 +259,13 @@ impl View {
             .unwrap_or(0)
     }
 
+    fn producers(&self) -> u64 {
+        self.meta
+            .get(field::PRODUCERS)
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(0)
+    }
+
     fn initialised(&self) -> bool {
         self.meta.get(field::INIT).is_none_or(|v| v == "done")
     }
@@ -199,26 +285,16 @@ impl View {
             .and_then(|key| key.parse().ok())
     }
 
-    /// Whether `Stream-TTL` or `Stream-Expires-At` has passed.
+    /// Whether `Stream-TTL` or `Stream-Expires-At` has passed (the one
+    /// rule of [`Settings::expired`], on the last access the meta holds).
     fn expired(&self, now_ms: u64) -> bool {
-        if let Some((_, at)) = &self.settings.expires_at {
-            if SystemTime::now() >= *at {
-                return true;
-            }
-        }
-        match (self.settings.ttl_secs, self.meta.get(field::ACCESSED)) {
-            (Some(ttl), Some(accessed)) => accessed
+        let idle_ms = match self.meta.get(field::ACCESSED) {
+            Some(accessed) => accessed
                 .parse::<u64>()
-                .is_ok_and(|at| now_ms >= at.saturating_add(ttl.saturating_mul(1000))),
-            _ => false,
-        }
-    }
-
-    /// What the meta holds of the producer `id` (its field and state).
-    fn producer(&self, id: &str) -> (String, Option<&String>) {
-        let name = format!("{}{id}", field::PRODUCER);
-        let held = self.meta.get(&name);
-        (name, held)
+                .map_or(0, |at| now_ms.saturating_sub(at)),
+            None => 0,
+        };
+        self.settings.expired(idle_ms, SystemTime::now())
     }
 
     fn known(&self) -> Known {
@@ -248,6 +324,8 @@ pub(crate) struct SharedStreams<H> {
     max_payload: usize,
     /// Each history call's deadline.
     timeout: Duration,
+    /// How many producers a stream keeps, and for how long.
+    producer_limits: ProducerLimits,
 }
 
 impl<H: History> SharedStreams<H> {
@@ -257,7 +335,14 @@ impl<H: History> SharedStreams<H> {
             generations: Generations::default(),
             max_payload,
             timeout,
+            producer_limits: ProducerLimits::default(),
         }
+    }
+
+    /// The same streams with `limits` on each stream's producers.
+    pub(crate) fn with_producer_limits(mut self, limits: ProducerLimits) -> Self {
+        self.producer_limits = limits;
+        self
     }
 
     fn deadline(&self) -> Instant {
@@ -273,15 +358,44 @@ impl<H: History> SharedStreams<H> {
         after: u64,
         max_bytes: usize,
     ) -> Result<Option<View>, HistoryError> {
+        self.read_with(path, after, max_bytes, &[]).await
+    }
+
+    /// [`read`](Self::read), with the fields of [`field::VIEW`] and
+    /// `extra` of the meta (never the whole meta). A log that is not a
+    /// stream's (a session's: its id is a log id too) is none.
+    async fn read_with(
+        &self,
+        path: &str,
+        after: u64,
+        max_bytes: usize,
+        extra: &[&str],
+    ) -> Result<Option<View>, HistoryError> {
         let log = log_of(path);
-        let Some(snapshot) = self.history.after(&log, after, max_bytes).await? else {
+        let names: Vec<&str> = field::VIEW
+            .iter()
+            .copied()
+            .chain(extra.iter().copied())
+            .collect();
+        let Some(snapshot) = self
+            .history
+            .after_fields(&log, after, max_bytes, &names)
+            .await?
+        else {
             return Ok(None);
         };
+        if LogKind::of(&snapshot.meta) != Some(LogKind::Stream) {
+            return Ok(None);
+        }
         let mut view = View::of(snapshot)?;
         if view.base > 0 && after != u64::MAX {
             // The first read took `after` as the log's seq.
             let log_after = after.saturating_sub(view.base);
-            let Some(snapshot) = self.history.after(&log, log_after, max_bytes).await? else {
+            let Some(snapshot) = self
+                .history
+                .after_fields(&log, log_after, max_bytes, &names)
+                .await?
+            else {
                 return Ok(None);
             };
             view = View::of(snapshot)?;
@@ -320,6 +434,8 @@ impl<H: History> SharedStreams<H> {
         }
         let update = MetaUpdate {
             raise: vec![(field::ACCESSED.to_owned(), now)],
+            // Nothing read back: the meta is not moved for a touch.
+            fields: Some(Vec::new()),
             ..MetaUpdate::default()
         };
         if let Err(error) = self.history.update_meta(&log_of(path), &update).await {
@@ -350,84 +466,83 @@ impl<H: History> SharedStreams<H> {
 
     /// Creates the stream `settings` describes at `path` (with `body` as
     /// its first message), or finds the same one.
+    ///
+    /// The log is created `init=pending`; a fork then claims its source
+    /// (once, however often it is retried: [`field::FORK_CLAIM`]); the
+    /// first messages (a fork's inheritance, in pages, then the body) are
+    /// appended and the last page marks it `done`. A create that stops
+    /// half way is completed by a retry with the same settings, or undone:
+    /// a fork whose claim is refused deletes the log it made.
     pub(crate) async fn create(
         &self,
         path: &str,
-        mut settings: Settings,
+        asked: Settings,
         closed: bool,
         body: &[u8],
         publish_key: Option<PublishKey>,
     ) -> Result<SharedCreated, CreateRefusal> {
-        let history_down = |error: HistoryError| {
-            tracing::warn!(%error, "shared history (durable streams create)");
-            CreateRefusal::Unavailable
-        };
-        let mut inherited = Vec::new();
+        let down = |error: HistoryError| create_unavailable(&error);
+        // A stream at the path answers first: an idempotent re-PUT of a
+        // fork holds after its source is gone.
+        let mut pending = false;
+        if let Some(view) = self.look(path).await.map_err(down)? {
+            if let Some(answer) = existing_answer(&view, &asked, closed) {
+                return answer.map(|()| SharedCreated::Existing(view));
+            }
+            pending = true;
+        }
+        let mut settings = asked.clone();
         let mut numbering = Numbering::default();
         let mut base = 0;
-        let source_view = match &settings.forked_from {
-            Some(source) => {
-                let view = self
-                    .look(source)
-                    .await
-                    .map_err(history_down)?
-                    .ok_or(CreateRefusal::NoSource)?;
-                if view.soft_deleted() {
-                    return Err(CreateRefusal::SourceSoftDeleted);
+        let mut inherited = Vec::new();
+        if let Some(source_path) = asked.forked_from.clone() {
+            let source = match self.look(&source_path).await.map_err(down)? {
+                Some(source) if !source.soft_deleted() => source,
+                found => {
+                    // A half-made fork of a source now gone cannot be
+                    // completed: undone.
+                    if pending {
+                        self.undo(path).await;
+                    }
+                    return Err(match found {
+                        Some(_) => CreateRefusal::SourceSoftDeleted,
+                        None => CreateRefusal::NoSource,
+                    });
                 }
-                Some(view)
-            }
-            None => None,
-        };
-        if let Some(source) = &source_view {
-            if settings.content_type.is_empty() {
-                settings.content_type = source.settings.content_type.clone();
-            } else if media_type(&settings.content_type)
-                != media_type(&source.settings.content_type)
-            {
-                return Err(CreateRefusal::ContentTypeMismatch);
-            }
+            };
+            settings
+                .inherit(&source.settings)
+                .map_err(|_| CreateRefusal::ContentTypeMismatch)?;
             let offset = settings.fork_offset.unwrap_or_else(|| source.tail());
             let seq = source
                 .numbering
                 .seq_of(offset, source.published)
                 .ok_or(CreateRefusal::BadForkOffset)?;
             settings.fork_offset = Some(offset);
-            if settings.ttl_secs.is_none() && settings.expires_at.is_none() {
-                settings.ttl_secs = source.settings.ttl_secs;
-                settings.expires_at = source.settings.expires_at.clone();
+            let lineage = source.numbering.fork_lineage(seq);
+            if lineage.len() > Numbering::MAX_LINEAGE {
+                return Err(CreateRefusal::ForkTooDeep);
             }
-            let source_path = settings.forked_from.clone().unwrap_or_default();
-            base = source
+            let first_base = source
                 .first_retained
                 .saturating_sub(1)
                 .max(source.numbering.start_after())
                 .min(seq);
-            inherited = self
-                .events_between(&source_path, base, seq)
-                .await
-                .map_err(history_down)?;
+            let copied = self
+                .inheritance(&source_path, source.epoch, first_base, seq)
+                .await?;
+            base = copied.0;
+            inherited = copied.1;
             if settings.fork_sub_offset > 0 {
                 let prefix = self
                     .prefix_after(&source_path, seq, settings.fork_sub_offset, source.json())
                     .await?;
                 inherited.push(Bytes::from(prefix));
             }
-            numbering = Numbering::new(
-                source.numbering.fork_lineage(seq),
-                0,
-                source.numbering.start_after(),
-            );
+            numbering = Numbering::new(lineage, 0, source.numbering.start_after());
         }
-        if settings.content_type.is_empty() {
-            settings.content_type = "application/octet-stream".to_owned();
-        }
-        let json = media_type(&settings.content_type) == "application/json";
-        let initial = match (json, body.is_empty()) {
-            (_, true) => None,
-            (true, false) => json_mode::payload(body, true).map_err(CreateRefusal::Json)?,
-            (false, false) => Some(body.to_vec()),
-        };
+        settings.default_content_type();
+        let initial = initial_payload(settings.json(), body)?;
         let mut first = inherited;
         first.extend(initial.map(Bytes::from));
         if let Some(large) = first.iter().find(|p| p.len() > self.max_payload) {
@@ -437,88 +552,46 @@ impl<H: History> SharedStreams<H> {
             });
         }
         let generation = self.generations.next();
-        let mut meta = Meta::new();
-        let mut put = |name: &str, value: String| {
-            meta.insert(name.to_owned(), value);
-        };
-        put(field::CONTENT_TYPE, settings.content_type.clone());
-        if let Some(ttl) = settings.ttl_secs {
-            put(field::TTL, ttl.to_string());
-        }
-        if let Some((raw, _)) = &settings.expires_at {
-            put(field::EXPIRES_AT, raw.clone());
-        }
-        if let Some(source) = &settings.forked_from {
-            put(field::FORKED_FROM, source.clone());
-        }
-        if let Some(offset) = settings.fork_offset {
-            put(field::FORK_OFFSET, offset.to_string());
-        }
-        if settings.fork_sub_offset > 0 {
-            put(field::FORK_SUB_OFFSET, settings.fork_sub_offset.to_string());
-        }
-        if let Some(key) = publish_key {
-            put(field::PUBLISH_KEY, key.to_string());
-        }
-        put(field::INIT, "pending".to_owned());
-        put(field::FORKS, "0".to_owned());
-        put(field::ACCESSED, now_ms().to_string());
-        put(field::LINEAGE, numbering.encode_lineage());
-        put(field::BASE, base.to_string());
-        put(field::START, numbering.start_after().to_string());
+        let meta = new_meta(&settings, publish_key, &numbering, base);
         let log = log_of(path);
         let created = self
             .history
             .create(&log, generation, &meta)
             .await
-            .map_err(history_down)?;
-        if !created {
-            let view = self
-                .look(path)
-                .await
-                .map_err(history_down)?
-                .ok_or(CreateRefusal::Unavailable)?;
-            if view.soft_deleted() {
-                return Err(CreateRefusal::SoftDeleted);
-            }
-            if !same_settings(&view, &settings, closed) {
-                return Err(CreateRefusal::Conflict);
-            }
-            if view.initialised() {
-                return Ok(SharedCreated::Existing(view));
-            }
-            // A create that stopped before its first batch: this request
-            // (the same settings) puts it in.
-        } else if let Some(source) = &settings.forked_from {
-            self.claim_source(source).await?;
-        }
-        let view = self
-            .look(path)
-            .await
-            .map_err(history_down)?
-            .ok_or(CreateRefusal::Unavailable)?;
-        let mut set = vec![(field::INIT.to_owned(), "done".to_owned())];
-        if closed {
-            set.push((field::CLOSED.to_owned(), "1".to_owned()));
-        }
-        let guard = Guard {
-            expect: vec![(field::INIT.to_owned(), Some("pending".to_owned()))],
-            set,
-            next_epoch: None,
-            unset: Vec::new(),
+            .map_err(down)?;
+        let view = match self.look(path).await.map_err(down)? {
+            Some(view) => view,
+            // Deleted meanwhile (or a session's log at this id).
+            None if created => return Err(CreateRefusal::Unavailable),
+            None => return Err(CreateRefusal::Conflict),
         };
-        if view.epoch != generation && created {
-            tracing::debug!("a stream's log moved epoch before its first batch");
+        if !created {
+            if let Some(answer) = existing_answer(&view, &asked, closed) {
+                return answer.map(|()| SharedCreated::Existing(view));
+            }
+            // A create that stopped before its first batch, with the same
+            // settings: this one completes it, from the base it recorded.
+            if view.base != base {
+                // The source was trimmed since: what this request copied
+                // is not what the log's offsets claim. Undone; a retry
+                // makes the fork afresh.
+                self.undo(path).await;
+                return Err(CreateRefusal::Unavailable);
+            }
         }
-        match self.guarded(path, &view, &first, guard).await {
-            // Put in here, or by a concurrent retry of the same create.
-            Ok(_) => {}
-            Err(error) => return Err(history_down(error)),
+        if let Some(source) = &settings.forked_from {
+            if let Err(refused) = self.claim_source(source, path).await {
+                if !matches!(refused, CreateRefusal::Unavailable) {
+                    self.undo(path).await;
+                }
+                return Err(refused);
+            }
         }
+        self.put_first(path, view, &first, closed).await?;
         let view = self
             .look(path)
             .await
-            .map_err(history_down)?
+            .map_err(down)?
             .ok_or(CreateRefusal::Unavailable)?;
         Ok(match created {
             true => SharedCreated::New(view),
@@ -526,19 +599,104 @@ impl<H: History> SharedStreams<H> {
         })
     }
 
-    /// The source's messages `after + 1 ..= last` (its stream seqs).
-    async fn events_between(
+    /// Appends a new stream's first messages in pages of at most
+    /// [`PAGE_BYTES`] (a fork's copy is never one call of its whole
+    /// inheritance), the last marking it `done` (and closed, if asked).
+    async fn put_first(
         &self,
         path: &str,
-        after: u64,
-        last: u64,
-    ) -> Result<Vec<Bytes>, HistoryError> {
-        let mut events = Vec::new();
-        let mut cursor = after;
-        while cursor < last {
-            let Some(view) = self.read(path, cursor, PAGE_BYTES).await? else {
-                return Err(HistoryError::Gone);
+        mut view: View,
+        first: &[Bytes],
+        closed: bool,
+    ) -> Result<(), CreateRefusal> {
+        let down = |error: HistoryError| create_unavailable(&error);
+        let mut pages = pages_of(first, PAGE_BYTES).peekable();
+        if pages.peek().is_none() {
+            pages = pages_of(&[], PAGE_BYTES).peekable();
+        }
+        let mut page = pages.next().unwrap_or(&[]);
+        loop {
+            let last = pages.peek().is_none();
+            let mut guard = Guard {
+                expect: vec![
+                    (field::INIT.to_owned(), Some("pending".to_owned())),
+                    // Pages are appended in order by one creator: another
+                    // one's page in between refuses this one's.
+                    (field::BASE.to_owned(), view.meta.get(field::BASE).cloned()),
+                ],
+                ..Guard::default()
             };
+            if last {
+                guard.set.push((field::INIT.to_owned(), "done".to_owned()));
+                if closed {
+                    guard.set.push((field::CLOSED.to_owned(), "1".to_owned()));
+                }
+            }
+            match self.guarded(path, &view, page, guard).await {
+                Ok(Some(_)) => {}
+                // Completed (or being completed) by a concurrent retry of
+                // the same create: its pages are the same.
+                Ok(None) => return Ok(()),
+                Err(error) => return Err(down(error)),
+            }
+            if last {
+                return Ok(());
+            }
+            page = pages.next().unwrap_or(&[]);
+            view = self
+                .look(path)
+                .await
+                .map_err(down)?
+                .ok_or(CreateRefusal::Unavailable)?;
+        }
+    }
+
+    /// Deletes the log of a create that cannot complete (best effort: a
+    /// log left `pending` answers `503` to appends until its keys expire).
+    async fn undo(&self, path: &str) {
+        if let Err(error) = self.history.delete(&log_of(path)).await {
+            tracing::warn!(%error, "undoing a stream's create");
+        }
+    }
+
+    /// The source's messages after `base` up to `last` (its stream seqs),
+    /// and the base they start after: exactly what the source retains of
+    /// them when read. Should the source be trimmed past the copy while
+    /// it is made, it continues from the source's new first message (the
+    /// base moves up, the messages before it are dropped), so the fork's
+    /// offsets always number the messages it holds.
+    ///
+    /// # Errors
+    /// `503` when the source continued under another epoch meanwhile (its
+    /// seqs name other messages) or is gone.
+    async fn inheritance(
+        &self,
+        path: &str,
+        epoch: u64,
+        mut base: u64,
+        last: u64,
+    ) -> Result<(u64, Vec<Bytes>), CreateRefusal> {
+        let down = |error: HistoryError| create_unavailable(&error);
+        let mut events: Vec<Bytes> = Vec::new();
+        let mut cursor = base;
+        while cursor < last {
+            let view = self
+                .read(path, cursor, PAGE_BYTES)
+                .await
+                .map_err(down)?
+                .ok_or(CreateRefusal::NoSource)?;
+            if view.epoch != epoch {
+                return Err(CreateRefusal::Unavailable);
+            }
+            if view.first_retained > cursor + 1 {
+                // Trimmed past the cursor: start after what is left.
+                let new_base = (view.first_retained - 1).min(last);
+                let dropped = usize::try_from(new_base - base).unwrap_or(usize::MAX);
+                events.drain(..dropped.min(events.len()));
+                base = new_base;
+                cursor = cursor.max(new_base);
+                continue;
+            }
             let mut progressed = false;
             for (seq, payload) in view.events {
                 if seq != cursor + 1 || seq > last {
@@ -549,12 +707,11 @@ impl<H: History> SharedStreams<H> {
                 progressed = true;
             }
             if !progressed {
-                // Trimmed meanwhile: the fork starts where the source now
-                // does (its readers get the 410 for the rest).
-                return Ok(events);
+                return Err(CreateRefusal::Unavailable);
             }
         }
-        Ok(events)
+        debug_assert_eq!(base + events.len() as u64, last.max(base));
+        Ok((base, events))
     }
 
     /// The first bytes (or JSON values) of the source's message after
@@ -569,7 +726,7 @@ impl<H: History> SharedStreams<H> {
         let view = self
             .read(path, seq, 1)
             .await
-            .map_err(|_| CreateRefusal::Unavailable)?
+            .map_err(|error| create_unavailable(&error))?
             .ok_or(CreateRefusal::NoSource)?;
         let Some((_, payload)) = view.events.into_iter().find(|(s, _)| *s == seq + 1) else {
             return Err(CreateRefusal::BadSubOffset(
@@ -579,31 +736,75 @@ impl<H: History> SharedStreams<H> {
         sub_offset_prefix(&payload, sub, json).map_err(CreateRefusal::BadSubOffset)
     }
 
-    /// Counts a new fork on `source`, unless it was deleted meanwhile.
-    async fn claim_source(&self, source: &str) -> Result<(), CreateRefusal> {
+    /// Counts the fork at `fork_path` on `source` (its claim field and
+    /// `forks`, in one guarded step), unless it was deleted meanwhile. A
+    /// claim already made (a retried create) is not made twice.
+    async fn claim_source(&self, source: &str, fork_path: &str) -> Result<(), CreateRefusal> {
+        let claim = claim_field(fork_path);
         for _ in 0..DECIDE_TRIES {
             let view = self
-                .look(source)
+                .read_with(source, u64::MAX, 0, &[&claim])
                 .await
-                .map_err(|_| CreateRefusal::Unavailable)?
+                .map_err(|error| create_unavailable(&error))?
                 .ok_or(CreateRefusal::NoSource)?;
+            if view.meta.contains_key(&claim) {
+                return Ok(());
+            }
+            if view.soft_deleted() {
+                return Err(CreateRefusal::SourceSoftDeleted);
+            }
             let guard = Guard {
                 expect: vec![
                     (field::DELETED.to_owned(), None),
+                    (claim.clone(), None),
                     as_read(&view, field::FORKS),
                 ],
-                set: vec![(field::FORKS.to_owned(), (view.forks() + 1).to_string())],
-                next_epoch: None,
-                unset: Vec::new(),
+                set: vec![
+                    (field::FORKS.to_owned(), (view.forks() + 1).to_string()),
+                    (claim.clone(), "1".to_owned()),
+                ],
+                ..Guard::default()
             };
             match self.guarded(source, &view, &[], guard).await {
                 Ok(Some(_)) => return Ok(()),
-                Ok(None) if view.soft_deleted() => return Err(CreateRefusal::SourceSoftDeleted),
                 Ok(None) => continue,
-                Err(_) => return Err(CreateRefusal::Unavailable),
+                Err(error) => return Err(create_unavailable(&error)),
             }
         }
         Err(CreateRefusal::Unavailable)
+    }
+
+    /// The producers to drop so that a new one fits in `path`'s cap: the
+    /// ones idle past the limit, then the idlest, down to seven eighths
+    /// of the cap (so this whole-meta read is made once per cap/8 new
+    /// producers, not per append), each with the value it was read at.
+    async fn evictions(&self, path: &str, now: u64) -> Result<Vec<(String, String)>, HistoryError> {
+        let Some(snapshot) = self.history.after(&log_of(path), u64::MAX, 0).await? else {
+            return Err(HistoryError::Gone);
+        };
+        let limits = self.producer_limits;
+        let idle_ms = u64::try_from(limits.idle.as_millis()).unwrap_or(u64::MAX);
+        let mut producers: Vec<(String, String, u64)> = snapshot
+            .meta
+            .into_iter()
+            .filter(|(name, _)| name.starts_with(field::PRODUCER))
+            .map(|(name, value)| {
+                let at = parse_producer(&value).and_then(|(_, at)| at).unwrap_or(0);
+                (name, value, at)
+            })
+            .collect();
+        producers.sort_by_key(|(_, _, at)| *at);
+        let keep = limits.per_stream - limits.per_stream / 8 - 1;
+        let expired = producers
+            .iter()
+            .take_while(|(_, _, at)| now.saturating_sub(*at) >= idle_ms)
+            .count();
+        let drop = expired.max(producers.len().saturating_sub(keep));
+        Ok(producers
+            .into_iter()
+            .take(drop)
+            .map(|(name, value, _)| (name, value))
+            .collect())
     }
 
     /// Appends `body` to the stream at `path` as `request` says, deciding
@@ -615,9 +816,19 @@ impl<H: History> SharedStreams<H> {
         request: &AppendRequest<'_>,
         check: impl Fn(&View) -> Result<(), AppendRefusal>,
     ) -> Result<Appended, AppendRefusal> {
+        let producer_field = request
+            .producer
+            .map(|(id, _, _)| format!("{}{id}", field::PRODUCER));
+        let extra: Vec<&str> = producer_field.iter().map(String::as_str).collect();
+        // Validated before the meta is read (and before any retry).
+        let payload = match (self.json_of(path).await?, body.is_empty()) {
+            (_, true) => Ok(None),
+            (true, false) => json_mode::payload(body, false).map_err(AppendRefusal::Json),
+            (false, false) => Ok(Some(body.to_vec())),
+        };
         for _ in 0..DECIDE_TRIES {
             let view = self
-                .look(path)
+                .read_with(path, u64::MAX, 0, &extra)
                 .await
                 .map_err(|e| unavailable(&e))?
                 .ok_or(AppendRefusal::Gone)?;
@@ -625,13 +836,16 @@ impl<H: History> SharedStreams<H> {
             if !view.initialised() {
                 return Err(AppendRefusal::Unavailable);
             }
-            let (producer_field, producer_held) = match request.producer {
-                Some((id, _, _)) => {
-                    let (name, held) = view.producer(id);
-                    (Some(name), held.cloned())
-                }
-                None => (None, None),
-            };
+            let now = now_ms();
+            let producer_held = producer_field
+                .as_ref()
+                .and_then(|name| view.meta.get(name).cloned());
+            let idle_ms = u64::try_from(self.producer_limits.idle.as_millis()).unwrap_or(u64::MAX);
+            let known = producer_held
+                .as_deref()
+                .and_then(parse_producer)
+                .filter(|(_, at)| at.is_none_or(|at| now.saturating_sub(at) < idle_ms))
+                .map(|(state, _)| state);
             let closed_by = view.meta.get(field::CLOSED_BY).and_then(|text| {
                 let mut parts = text.rsplitn(3, ' ');
                 let seq = parts.next()?.parse().ok()?;
@@ -644,17 +858,16 @@ impl<H: History> SharedStreams<H> {
                     .as_ref()
                     .map(|(id, epoch, seq)| (id.as_str(), *epoch, *seq)),
                 stream_seq: view.meta.get(field::STREAM_SEQ).map(String::as_str),
-                producer: producer_held.as_deref().and_then(Producer::parse),
+                producer: known,
             };
             if let Decision::Answer(answer) = decide(&state, request, body.is_empty(), view.tail())?
             {
                 self.touch(path, &view).await;
                 return Ok(answer);
             }
-            let payload = match (view.json(), body.is_empty()) {
-                (_, true) => None,
-                (true, false) => json_mode::payload(body, false).map_err(AppendRefusal::Json)?,
-                (false, false) => Some(body.to_vec()),
+            let payload = match &payload {
+                Ok(payload) => payload.clone(),
+                Err(refused) => return Err(refused.clone()),
             };
             if let Some(payload) = &payload {
                 if payload.len() > self.max_payload {
@@ -670,20 +883,36 @@ impl<H: History> SharedStreams<H> {
                     (field::DELETED.to_owned(), None),
                     as_read(&view, field::STREAM_SEQ),
                 ],
-                set: vec![(field::ACCESSED.to_owned(), now_ms().to_string())],
-                next_epoch: None,
-                unset: Vec::new(),
+                set: vec![(field::ACCESSED.to_owned(), now.to_string())],
+                ..Guard::default()
             };
-            if let (Some(name), Some((id, epoch, seq))) = (producer_field, request.producer) {
-                guard.expect.push((name.clone(), producer_held));
-                guard.set.push((
-                    name,
-                    Producer {
-                        epoch,
-                        last_seq: seq,
+            if let (Some(name), Some((id, epoch, seq))) = (&producer_field, request.producer) {
+                guard.expect.push((name.clone(), producer_held.clone()));
+                let state = Producer {
+                    epoch,
+                    last_seq: seq,
+                };
+                guard.set.push((name.clone(), producer_value(state, now)));
+                if producer_held.is_none() {
+                    // A producer new to the stream is counted; at the cap,
+                    // the idle and the idlest make room.
+                    let mut count = view.producers() + 1;
+                    guard.expect.push(as_read(&view, field::PRODUCERS));
+                    if view.producers() >= self.producer_limits.per_stream as u64 {
+                        let evicted = self.evictions(path, now).await.map_err(|e| match e {
+                            HistoryError::Gone => AppendRefusal::Gone,
+                            e => unavailable(&e),
+                        })?;
+                        for (name, value) in evicted {
+                            count -= 1;
+                            guard.expect.push((name.clone(), Some(value)));
+                            guard.unset.push(name);
+                        }
                     }
-                    .encode(),
-                ));
+                    guard
+                        .set
+                        .push((field::PRODUCERS.to_owned(), count.to_string()));
+                }
                 if request.close {
                     guard
                         .set
@@ -725,6 +954,16 @@ impl<H: History> SharedStreams<H> {
         Err(AppendRefusal::Unavailable)
     }
 
+    /// Whether the stream at `path` is in JSON mode (`false` for none:
+    /// the append that follows finds it gone).
+    async fn json_of(&self, path: &str) -> Result<bool, AppendRefusal> {
+        Ok(self
+            .look(path)
+            .await
+            .map_err(|e| unavailable(&e))?
+            .is_some_and(|view| view.json()))
+    }
+
     /// Deletes the stream at `path`: `Some(true)` deleted (or soft-deleted,
     /// with forks), `Some(false)` already soft-deleted, `None` none.
     pub(crate) async fn delete(
@@ -751,16 +990,19 @@ impl<H: History> SharedStreams<H> {
     }
 
     /// Removes the stream `view` read (soft while forks live), then
-    /// releases its source; `false` when the meta changed meanwhile.
+    /// releases its source; `false` when the meta changed meanwhile. The
+    /// guard includes the last access: an append acknowledged after the
+    /// look (which restarted a TTL) refuses the removal, and the caller
+    /// decides again on what it finds.
     async fn remove(&self, path: &str, view: &View) -> Result<bool, HistoryError> {
         let guard = Guard {
             expect: vec![
                 (field::DELETED.to_owned(), None),
                 as_read(view, field::FORKS),
+                as_read(view, field::ACCESSED),
             ],
             set: vec![(field::DELETED.to_owned(), "1".to_owned())],
-            next_epoch: None,
-            unset: Vec::new(),
+            ..Guard::default()
         };
         if self.guarded(path, view, &[], guard).await?.is_none() {
             return Ok(false);
@@ -778,36 +1020,60 @@ impl<H: History> SharedStreams<H> {
     async fn purge(&self, path: &str, source: Option<String>) -> Result<(), HistoryError> {
         let mut next = Some((path.to_owned(), source));
         while let Some((path, source)) = next.take() {
-            // Only the deleter that found the log releases its source:
-            // two purges of one stream never release it twice.
+            // Only the deleter that found the log releases its source, and
+            // the release removes the fork's claim: two purges of one
+            // stream never release it twice.
             let deleted = self.history.delete(&log_of(&path)).await?;
             let (true, Some(source)) = (deleted, source) else {
                 break;
             };
-            next = self.release_source(&source).await?;
+            next = self.release_source(&source, &path).await?;
         }
         Ok(())
     }
 
-    /// Uncounts a fork of `source`; the source to delete next when it was
-    /// soft-deleted and this was its last fork.
+    /// Uncounts the fork at `fork_path` on `source` (removes its claim and
+    /// lowers `forks`, in one guarded step; nothing if it holds no claim);
+    /// the source to delete next when it was soft-deleted and this was its
+    /// last fork.
     async fn release_source(
         &self,
         source: &str,
+        fork_path: &str,
     ) -> Result<Option<(String, Option<String>)>, HistoryError> {
+        let claim = claim_field(fork_path);
+        let names = [
+            field::FORKS,
+            field::DELETED,
+            field::FORKED_FROM,
+            field::KIND,
+            field::CONTENT_TYPE,
+            claim.as_str(),
+        ];
         for _ in 0..DECIDE_TRIES {
             // As it is, expired or not (its expiry is the caller's
             // business: this only releases the fork's claim).
-            let Some(snapshot) = self.history.after(&log_of(source), u64::MAX, 0).await? else {
+            let Some(snapshot) = self
+                .history
+                .after_fields(&log_of(source), u64::MAX, 0, &names)
+                .await?
+            else {
                 return Ok(None);
             };
+            if !snapshot.meta.contains_key(&claim) {
+                return Ok(None);
+            }
             let view = View::of(snapshot)?;
             let left = view.forks().saturating_sub(1);
             let guard = Guard {
-                expect: vec![as_read(&view, field::FORKS), as_read(&view, field::DELETED)],
+                expect: vec![
+                    as_read(&view, field::FORKS),
+                    as_read(&view, field::DELETED),
+                    as_read(&view, &claim),
+                ],
                 set: vec![(field::FORKS.to_owned(), left.to_string())],
-                next_epoch: None,
-                unset: Vec::new(),
+                unset: vec![claim.clone()],
+                ..Guard::default()
             };
             if self.guarded(source, &view, &[], guard).await?.is_some() {
                 return Ok((left == 0 && view.soft_deleted())
@@ -830,21 +1096,92 @@ impl<H: History> SharedStreams<H> {
     }
 }
 
-/// Whether a create asks for what `view`'s stream was created with.
-fn same_settings(view: &View, asked: &Settings, closed: bool) -> bool {
-    let have = &view.settings;
-    let content_type = |t: &str| match media_type(t) {
-        m if m.is_empty() => "application/octet-stream".to_owned(),
-        m => m,
+/// The answer to a create that found `view`'s stream at its path: `None`
+/// when it is a create with the same settings that has not put its first
+/// messages in yet (the caller completes it).
+fn existing_answer(
+    view: &View,
+    asked: &Settings,
+    closed: bool,
+) -> Option<Result<(), CreateRefusal>> {
+    if view.soft_deleted() {
+        return Some(Err(CreateRefusal::SoftDeleted));
+    }
+    if !view.settings.same_create(view.closed(), asked, closed) {
+        // A pending create is not closed yet: compared as it will be.
+        let pending_same = !view.initialised() && view.settings.same_create(closed, asked, closed);
+        if !pending_same {
+            return Some(Err(CreateRefusal::Conflict));
+        }
+    }
+    view.initialised().then_some(Ok(()))
+}
+
+/// The meta a new stream's log is created with (`init=pending`).
+fn new_meta(
+    settings: &Settings,
+    publish_key: Option<PublishKey>,
+    numbering: &Numbering,
+    base: u64,
+) -> Meta {
+    let mut meta = Meta::new();
+    let mut put = |name: &str, value: String| {
+        meta.insert(name.to_owned(), value);
     };
-    let expiry_matches = asked.ttl_secs == have.ttl_secs
-        && asked.expires_at.as_ref().map(|(s, _)| s) == have.expires_at.as_ref().map(|(s, _)| s);
-    content_type(&asked.content_type) == content_type(&have.content_type)
-        && expiry_matches
-        && closed == view.closed()
-        && asked.forked_from == have.forked_from
-        && (asked.fork_offset.is_none() || asked.fork_offset == have.fork_offset)
-        && asked.fork_sub_offset == have.fork_sub_offset
+    put(
+        field::KIND,
+        crate::history::LogKind::Stream.as_str().to_owned(),
+    );
+    put(field::CONTENT_TYPE, settings.content_type.clone());
+    if let Some(ttl) = settings.ttl_secs {
+        put(field::TTL, ttl.to_string());
+    }
+    if let Some((raw, _)) = &settings.expires_at {
+        put(field::EXPIRES_AT, raw.clone());
+    }
+    if let Some(source) = &settings.forked_from {
+        put(field::FORKED_FROM, source.clone());
+    }
+    if let Some(offset) = settings.fork_offset {
+        put(field::FORK_OFFSET, offset.to_string());
+    }
+    if settings.fork_sub_offset > 0 {
+        put(field::FORK_SUB_OFFSET, settings.fork_sub_offset.to_string());
+    }
+    if let Some(key) = publish_key {
+        put(field::PUBLISH_KEY, key.to_string());
+    }
+    put(field::INIT, "pending".to_owned());
+    put(field::FORKS, "0".to_owned());
+    put(field::PRODUCERS, "0".to_owned());
+    put(field::ACCESSED, now_ms().to_string());
+    put(field::LINEAGE, numbering.encode_lineage());
+    put(field::BASE, base.to_string());
+    put(field::START, numbering.start_after().to_string());
+    meta
+}
+
+/// `payloads` cut into runs of at most `max_bytes` (at least one payload
+/// each).
+fn pages_of(payloads: &[Bytes], max_bytes: usize) -> impl Iterator<Item = &[Bytes]> {
+    let mut rest = payloads;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut bytes = 0;
+        let mut take = 0;
+        for payload in rest {
+            if take > 0 && bytes + payload.len() > max_bytes {
+                break;
+            }
+            bytes += payload.len();
+            take += 1;
+        }
+        let (page, left) = rest.split_at(take);
+        rest = left;
+        Some(page)
+    })
 }
 
 #[cfg(test)]

@@ -238,6 +238,7 @@ pub(crate) fn append_refused(refused: &AppendRefusal) -> Response<Body> {
         AppendRefusal::ClientShare => client_share(),
         AppendRefusal::Gone => not_found(),
         AppendRefusal::Unavailable => unavailable(),
+        AppendRefusal::StorageFull => storage_full(),
     }
 }
 
@@ -248,6 +249,17 @@ fn client_share() -> Response<Body> {
         StatusCode::TOO_MANY_REQUESTS,
         "stream_memory_per_client",
         "this client's streams hold as much of the server's memory as one client may",
+        &[("retry-after", "5".to_owned())],
+    )
+}
+
+/// `507 insufficient_storage`: the shared history (Redis) is at its
+/// memory limit; nothing was written.
+fn storage_full() -> Response<Body> {
+    refusal(
+        StatusCode::INSUFFICIENT_STORAGE,
+        "insufficient_storage",
+        "the shared history is full: nothing was written",
         &[("retry-after", "5".to_owned())],
     )
 }
@@ -333,6 +345,7 @@ pub(crate) fn create_refused(refused: &CreateRefusal) -> Response<Body> {
             &[],
         ),
         CreateRefusal::Unavailable => unavailable(),
+        CreateRefusal::StorageFull => storage_full(),
         CreateRefusal::Internal(what) => {
             tracing::error!(%what, "creating a stream");
             refusal(
