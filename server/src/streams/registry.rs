@@ -388,6 +388,9 @@ impl Streams {
     }
 }
 
+/// One shard of [`ByPath`].
+type Shard = RwLock<HashMap<String, Arc<Stream>>>;
+
 /// The streams by path: shards of a `HashMap` under a `RwLock` each. A
 /// lookup holds a shard's read lock for one probe and an `Arc` clone; an
 /// insert or a removal (serialised anyway by the registry's structure
@@ -396,7 +399,7 @@ impl Streams {
 /// sessions, read far more than created), a backend creating 100,000
 /// streams pays the same for the last as for the first.
 struct ByPath {
-    shards: Box<[RwLock<HashMap<String, Arc<Stream>>>]>,
+    shards: Box<[Shard]>,
     hasher: RandomState,
 }
 
@@ -412,7 +415,7 @@ impl ByPath {
         }
     }
 
-    fn shard(&self, path: &str) -> &RwLock<HashMap<String, Arc<Stream>>> {
+    fn shard(&self, path: &str) -> &Shard {
         let at = self.hasher.hash_one(path) as usize % Self::SHARDS;
         &self.shards[at]
     }
