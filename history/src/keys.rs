@@ -18,6 +18,13 @@ impl Keys {
         format!("gapless:{{{id}}}:t:{name}")
     }
 
+    /// The key of admission set `name` ([`crate::History::admit`]): a
+    /// sorted set, its own hash tag `{name}` (each call on a set touches
+    /// that one key only, so any name is one slot).
+    pub(crate) fn admission(name: &str) -> String {
+        format!("gapless:admit:{{{name}}}")
+    }
+
     /// The keys of log `id`, all in the slot of its hash tag `{id}`.
     pub(crate) fn of(id: &LogId) -> Self {
         Self {
@@ -41,4 +48,13 @@ pub(crate) fn ms(duration: Duration) -> u64 {
 /// the last activity by the idle period.
 pub(crate) fn keys_ttl(idle: Duration) -> u64 {
     ms(idle).saturating_add(ms(idle) / 4)
+}
+
+/// An admission's time to live in ms as `admission.lua` takes it: 0 (the
+/// member expires at once) or more, at most about 35 years (the scores,
+/// ms of Redis's clock plus this, stay exact integers in Lua's doubles).
+pub(crate) fn admission_ttl(ttl: Duration) -> u64 {
+    u64::try_from(ttl.as_millis())
+        .unwrap_or(u64::MAX)
+        .min(1 << 40)
 }

@@ -19,6 +19,11 @@
 //! | `gapless:{id}:m` | the history's fields: `epoch` (hex), `published` (the last seq appended), `bytes` (retained payload bytes), `retained` (events retained), `renew_at` (when an append next renews the keys' expiry), `inc` (the `run_id` of the Redis that created or last appended to the log), `done` (set by `complete`: reads then leave its expiry alone); and the caller's [`Meta`], each field `c:<name>` (the server's: `c:pk`, its publish key; `c:epoch/acked`, `c:epoch/sent`, `c:epoch/attach`, cleared with their epoch) |
 //! | `gapless:{id}:t:<name>` | a token of the log (the server's upgrade tickets, `ticket:<hex>`: the cursor `<epoch>-<seq>`), until it expires or is taken |
 //!
+//! Beside the logs, an admission set `<name>` ([`History::admit`]) is one
+//! sorted set `gapless:admit:{<name>}` (its own slot): each member scored
+//! by its expiry in ms of Redis's clock, the key expiring with its latest
+//! member.
+//!
 //! Every write is a Lua script (atomic, never rolled back). The append is
 //! the sequencer: it gives a batch the seqs after `published`, so two
 //! instances never append the same seq and no instance waits for another.
@@ -287,6 +292,85 @@ pub trait History: Send + Sync + 'static {
         id: &LogId,
         name: &str,
     ) -> impl Future<Output = Result<bool, HistoryError>> + Send;
+
+    /// Gives `member` a place in admission set `set` if the set has fewer
+    /// than `limit` live members, for `ttl` from now (the history's clock:
+    /// Redis's `TIME`, not the caller's). An admission set bounds what many
+    /// instances create (streams per client, in total) where what is
+    /// counted may expire unannounced: a member counts only until its
+    /// expiry, and one whose expiry has passed frees its place by itself.
+    /// A member already present is renewed (its expiry is now `ttl` from
+    /// now, even at the limit) and not counted twice. One atomic step;
+    /// `ttl` zero: the member expires at once (it counts for no later call).
+    ///
+    /// This provided default keeps no sets: every member is admitted
+    /// (`added`: true), nothing is recorded — a history without limits,
+    /// for wrappers that do not forward it.
+    fn admit(
+        &self,
+        set: &str,
+        member: &str,
+        limit: u64,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Admission, HistoryError>> + Send {
+        let _ = (set, member, limit, ttl);
+        async { Ok(Admission::Admitted { added: true }) }
+    }
+
+    /// Renews `member`'s place in admission set `set`: it expires `ttl`
+    /// from now. Whether it held one (`false`: absent or expired, nothing
+    /// written: an access that finds its place lost admits it again).
+    ///
+    /// This provided default keeps no sets: `false`, nothing recorded.
+    fn renew(
+        &self,
+        set: &str,
+        member: &str,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<bool, HistoryError>> + Send {
+        let _ = (set, member, ttl);
+        async { Ok(false) }
+    }
+
+    /// Frees `member`'s place in admission set `set`; whether it held one
+    /// (expired or not).
+    ///
+    /// This provided default keeps no sets: `false`.
+    fn release(
+        &self,
+        set: &str,
+        member: &str,
+    ) -> impl Future<Output = Result<bool, HistoryError>> + Send {
+        let _ = (set, member);
+        async { Ok(false) }
+    }
+
+    /// The live members of admission set `set` (the expired ones dropped
+    /// first): for tests and metrics.
+    ///
+    /// This provided default keeps no sets: 0.
+    fn count(&self, set: &str) -> impl Future<Output = Result<u64, HistoryError>> + Send {
+        let _ = set;
+        async { Ok(0) }
+    }
+}
+
+/// What [`History::admit`] answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// The member holds a place until its new expiry.
+    Admitted {
+        /// `true`: it was not in the set (or had expired) and now takes a
+        /// place; `false`: it held one already, renewed (a caller undoing
+        /// a failed create releases only what it added).
+        added: bool,
+    },
+    /// The set holds `limit` live members or more and `member` is not one
+    /// of them: nothing was written.
+    Full {
+        /// The set's live members.
+        count: u64,
+    },
 }
 
 /// A follower of one log's appends ([`History::follow`]).

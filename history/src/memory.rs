@@ -7,11 +7,17 @@
 //! `PUBLISH` does. A Redis restart that lost events can be simulated
 //! ([`MemoryHistory::restart_losing`]): the next append continues the
 //! session under a new epoch, as the script does.
+//!
+//! Admission sets ([`History::admit`]) keep each member's expiry on
+//! tokio's clock, as tokens do: a test with paused time moves it with
+//! `tokio::time::advance` (or its auto-advance), and a `ttl` of zero
+//! expires a member at once, as in Redis.
 
 use super::{
-    counter, Change, Follower, Guard, History, HistoryConfig, HistoryError, Known, Meta,
+    counter, Admission, Change, Follower, Guard, History, HistoryConfig, HistoryError, Known, Meta,
     MetaUpdate, Snapshot, Updated,
 };
+use crate::keys::admission_ttl;
 use crate::LogId;
 use bytes::Bytes;
 use std::collections::{BTreeMap, HashMap};
@@ -58,6 +64,8 @@ pub struct MemoryHistory {
     logs: Mutex<HashMap<LogId, Stored>>,
     /// Tokens by log and name: the value and when it expires.
     tokens: Mutex<HashMap<(LogId, String), (String, Instant)>>,
+    /// Admission sets by name: each member's expiry.
+    admissions: Mutex<HashMap<String, HashMap<String, Instant>>>,
     faults: Mutex<Faults>,
     /// Append calls that reached the fake (batches, not events).
     pub appends: AtomicUsize,
@@ -98,6 +106,7 @@ impl MemoryHistory {
             },
             logs: Mutex::new(HashMap::new()),
             tokens: Mutex::new(HashMap::new()),
+            admissions: Mutex::new(HashMap::new()),
             faults: Mutex::new(Faults::default()),
             appends: AtomicUsize::new(0),
             reads: AtomicUsize::new(0),
@@ -207,6 +216,23 @@ impl MemoryHistory {
                 },
             }
         }))
+    }
+
+    /// Admission set `set`'s live members, as the script leaves them: those
+    /// whose expiry is at or before now removed (an emptied set is gone).
+    /// The caller holds `sets`.
+    fn live<'a>(
+        sets: &'a mut HashMap<String, HashMap<String, Instant>>,
+        set: &str,
+    ) -> Option<&'a mut HashMap<String, Instant>> {
+        let now = Instant::now();
+        let members = sets.get_mut(set)?;
+        members.retain(|_, expiry| *expiry > now);
+        if members.is_empty() {
+            sets.remove(set);
+            return None;
+        }
+        sets.get_mut(set)
     }
 
     async fn round_trip(&self) {
@@ -434,6 +460,64 @@ impl History for MemoryHistory {
             .remove(&(*id, name.to_owned()))
             .filter(|(_, expires)| *expires > Instant::now())
             .map(|(value, _)| value))
+    }
+
+    async fn admit(
+        &self,
+        set: &str,
+        member: &str,
+        limit: u64,
+        ttl: Duration,
+    ) -> Result<Admission, HistoryError> {
+        self.check_up()?;
+        let mut sets = lock(&self.admissions);
+        let expiry = Instant::now() + Duration::from_millis(admission_ttl(ttl));
+        let count = match Self::live(&mut sets, set) {
+            Some(members) => {
+                if let Some(held) = members.get_mut(member) {
+                    *held = expiry;
+                    return Ok(Admission::Admitted { added: false });
+                }
+                members.len() as u64
+            }
+            None => 0,
+        };
+        if count >= limit {
+            return Ok(Admission::Full { count });
+        }
+        sets.entry(set.to_owned())
+            .or_default()
+            .insert(member.to_owned(), expiry);
+        Ok(Admission::Admitted { added: true })
+    }
+
+    async fn renew(&self, set: &str, member: &str, ttl: Duration) -> Result<bool, HistoryError> {
+        self.check_up()?;
+        let mut sets = lock(&self.admissions);
+        let expiry = Instant::now() + Duration::from_millis(admission_ttl(ttl));
+        Ok(Self::live(&mut sets, set)
+            .and_then(|members| members.get_mut(member))
+            .map(|held| *held = expiry)
+            .is_some())
+    }
+
+    async fn release(&self, set: &str, member: &str) -> Result<bool, HistoryError> {
+        self.check_up()?;
+        let mut sets = lock(&self.admissions);
+        let Some(members) = sets.get_mut(set) else {
+            return Ok(false);
+        };
+        let released = members.remove(member).is_some();
+        if members.is_empty() {
+            sets.remove(set);
+        }
+        Ok(released)
+    }
+
+    async fn count(&self, set: &str) -> Result<u64, HistoryError> {
+        self.check_up()?;
+        let mut sets = lock(&self.admissions);
+        Ok(Self::live(&mut sets, set).map_or(0, |members| members.len() as u64))
     }
 
     async fn has_token(&self, id: &LogId, name: &str) -> Result<bool, HistoryError> {

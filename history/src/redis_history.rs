@@ -11,10 +11,11 @@
 
 use super::connection::Connection;
 use super::group_commit::{Commits, Pending, Spawner, REFUSED};
-use super::keys::{keys_ttl, ms, Keys};
+use super::keys::{admission_ttl, keys_ttl, ms, Keys};
 use super::reply::{bounded, caller_meta, entries, parse_epoch, parse_seq, text_of, unavailable};
 use super::{
-    Guard, History, HistoryConfig, HistoryError, Known, Meta, MetaUpdate, Snapshot, Updated,
+    Admission, Guard, History, HistoryConfig, HistoryError, Known, Meta, MetaUpdate, Snapshot,
+    Updated,
 };
 use crate::ids::LogId;
 use crate::notify::{Followed, Notifier};
@@ -68,6 +69,7 @@ struct Scripts {
     update: Script,
     read: Script,
     complete: Script,
+    admission: Script,
 }
 
 impl RedisHistory {
@@ -161,6 +163,7 @@ impl RedisHistory {
                 update: Script::new(include_str!("update_meta.lua")),
                 read: Script::new(include_str!("read.lua")),
                 complete: Script::new(include_str!("complete.lua")),
+                admission: Script::new(include_str!("admission.lua")),
             },
             lossless: AtomicBool::new(false),
             commits: Arc::default(),
@@ -363,6 +366,38 @@ impl RedisHistory {
         }))
     }
 
+    /// One call of `admission.lua` on admission set `set`: its answer and
+    /// the set's live members after it.
+    async fn admission(
+        &self,
+        set: &str,
+        operation: &str,
+        member: &str,
+        ttl: Duration,
+        limit: u64,
+    ) -> Result<(i64, u64), HistoryError> {
+        let mut connection = self.connection.clone();
+        let mut invocation = self.scripts.admission.prepare_invoke();
+        invocation
+            .key(Keys::admission(set))
+            .arg(operation)
+            .arg(member)
+            .arg(admission_ttl(ttl))
+            .arg(limit);
+        let answer: Vec<i64> = self.call(invocation.invoke_async(&mut connection)).await?;
+        match answer[..] {
+            [answer, count] => Ok((
+                answer,
+                u64::try_from(count).map_err(|_| {
+                    HistoryError::Corrupt(format!("admission set {set} counts {count}"))
+                })?,
+            )),
+            _ => Err(HistoryError::Corrupt(format!(
+                "admission answered {answer:?}"
+            ))),
+        }
+    }
+
     /// Runs `script` on log `id`'s keys (meta, stream, sizes) with `args`.
     async fn run<T: redis::FromRedisValue>(
         &self,
@@ -559,6 +594,47 @@ impl History for RedisHistory {
                 .query_async(&mut connection),
         )
         .await
+    }
+
+    /// `admission.lua`: the expired members dropped, then the member
+    /// renewed, added, or refused (see the script).
+    async fn admit(
+        &self,
+        set: &str,
+        member: &str,
+        limit: u64,
+        ttl: Duration,
+    ) -> Result<Admission, HistoryError> {
+        match self.admission(set, "admit", member, ttl, limit).await? {
+            (2, _) => Ok(Admission::Admitted { added: true }),
+            (1, _) => Ok(Admission::Admitted { added: false }),
+            (0, count) => Ok(Admission::Full { count }),
+            (answer, _) => Err(HistoryError::Corrupt(format!("admit answered {answer}"))),
+        }
+    }
+
+    async fn renew(&self, set: &str, member: &str, ttl: Duration) -> Result<bool, HistoryError> {
+        let (answer, _) = self.admission(set, "renew", member, ttl, 0).await?;
+        Ok(answer == 1)
+    }
+
+    /// `ZREM`: an expired member is removed as a live one is.
+    async fn release(&self, set: &str, member: &str) -> Result<bool, HistoryError> {
+        let mut connection = self.connection.clone();
+        let removed: i64 = self
+            .call(
+                redis::cmd("ZREM")
+                    .arg(Keys::admission(set))
+                    .arg(member)
+                    .query_async(&mut connection),
+            )
+            .await?;
+        Ok(removed == 1)
+    }
+
+    async fn count(&self, set: &str) -> Result<u64, HistoryError> {
+        let (_, count) = self.admission(set, "count", "", Duration::ZERO, 0).await?;
+        Ok(count)
     }
 
     async fn has_token(&self, id: &LogId, name: &str) -> Result<bool, HistoryError> {
