@@ -1,5 +1,6 @@
 //! Unit tests of [`super`]: slots, and the keys' expiry against a real
-//! `redis-server` (the group commit's are in `group_commit_tests.rs`).
+//! `redis-server`, an admission set's too (the group commit's are in
+//! `group_commit_tests.rs`).
 
 mod grouping {
     use crate::keys::Keys;
@@ -21,6 +22,87 @@ mod grouping {
         for key in [keys.meta, keys.stream, keys.sizes, Keys::token(&id, "00ff")] {
             assert_eq!(Slot::for_key(&key), slot, "{key}");
         }
+    }
+
+    #[test]
+    fn an_admission_set_is_one_key_in_the_slot_of_its_name() {
+        let key = Keys::admission("client:10.0.0.1");
+        assert_eq!(key, "gapless:admit:{client:10.0.0.1}");
+        assert_eq!(Slot::for_key(&key), Slot::for_key("client:10.0.0.1"));
+    }
+}
+
+/// An admission set's own key against a real `redis-server`: it expires
+/// with its latest member, so an abandoned set disappears.
+mod admission {
+    use super::super::RedisHistory;
+    use crate::keys::Keys;
+    use crate::test_support::{Persistence, RedisServer};
+    use crate::{Admission, History, HistoryConfig};
+    use std::time::Duration;
+
+    async fn pttl(probe: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
+        redis::cmd("PTTL")
+            .arg(key)
+            .query_async(probe)
+            .await
+            .expect("PTTL")
+    }
+
+    #[tokio::test]
+    async fn the_key_expires_with_its_latest_member() {
+        let redis = RedisServer::start(Persistence::None);
+        let history = RedisHistory::connect(HistoryConfig {
+            url: redis.url(),
+            cluster: false,
+            timeout: Duration::from_secs(5),
+            retention: 16,
+            retention_bytes: 1 << 20,
+            idle: Duration::from_secs(600),
+            ca_file: None,
+        })
+        .await
+        .expect("redis-server answers");
+        let mut probe = redis::Client::open(redis.url())
+            .expect("a URL")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("a probe connection");
+        let key = Keys::admission("abandoned");
+        let admitted = Admission::Admitted { added: true };
+        let minute = Duration::from_secs(60);
+
+        assert_eq!(
+            history
+                .admit("abandoned", "a", 10, minute)
+                .await
+                .expect("admit"),
+            admitted
+        );
+        let ttl = pttl(&mut probe, &key).await;
+        assert!((50_000..=60_000).contains(&ttl), "PTTL {ttl}");
+        // A later member's expiry: the key lives until it.
+        assert_eq!(
+            history
+                .admit("abandoned", "b", 10, 2 * minute)
+                .await
+                .expect("admit"),
+            admitted
+        );
+        let ttl = pttl(&mut probe, &key).await;
+        assert!((110_000..=120_000).contains(&ttl), "PTTL {ttl}");
+        // That member renewed shorter: back to the latest that remains.
+        assert!(history
+            .renew("abandoned", "b", Duration::from_secs(30))
+            .await
+            .expect("renew"));
+        let ttl = pttl(&mut probe, &key).await;
+        assert!((50_000..=60_000).contains(&ttl), "PTTL {ttl}");
+        // Released, all: no key.
+        assert!(history.release("abandoned", "a").await.expect("release"));
+        assert!(history.release("abandoned", "b").await.expect("release"));
+        assert_eq!(pttl(&mut probe, &key).await, -2, "the key is gone");
+        assert_eq!(history.count("abandoned").await.expect("count"), 0);
     }
 }
 
