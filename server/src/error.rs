@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use gapless::session::Refusal;
 use gapless_client::{Failure, Refusal as RefusalBody};
+use serde::Serialize;
 
 /// A request the server answers with an error.
 #[derive(Debug)]
@@ -58,7 +59,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, failure) = match self {
             Self::Refused(refusal) => {
-                return (StatusCode::CONFLICT, Json(RefusalBody::from(&refusal))).into_response()
+                return json_error(StatusCode::CONFLICT, &RefusalBody::from(&refusal))
             }
             Self::NoSuchSession => (StatusCode::NOT_FOUND, Failure::NoSuchSession),
             Self::NotFound => (StatusCode::NOT_FOUND, Failure::NotFound),
@@ -79,11 +80,8 @@ impl IntoResponse for ApiError {
             ),
             Self::TooManyStreams => (StatusCode::TOO_MANY_REQUESTS, Failure::TooManyStreams),
             Self::TooManySessions { retry_after_secs } => {
-                let mut response = (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    Json(Failure::TooManySessions),
-                )
-                    .into_response();
+                let mut response =
+                    json_error(StatusCode::SERVICE_UNAVAILABLE, &Failure::TooManySessions);
                 response
                     .headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
@@ -105,7 +103,7 @@ impl IntoResponse for ApiError {
             }
             Self::BodyReadTimeout => {
                 let mut response =
-                    (StatusCode::REQUEST_TIMEOUT, Json(Failure::BodyReadTimeout)).into_response();
+                    json_error(StatusCode::REQUEST_TIMEOUT, &Failure::BodyReadTimeout);
                 // The rest of the body may still come: the connection
                 // cannot carry another request.
                 response
@@ -114,15 +112,14 @@ impl IntoResponse for ApiError {
                 return response;
             }
             Self::Unauthorized => {
-                let mut response = (
+                let mut response = json_error(
                     StatusCode::UNAUTHORIZED,
-                    Json(Failure::Unauthorized {
+                    &Failure::Unauthorized {
                         detail: "writes need the session's publish key as \
                                  Authorization: Bearer <key>"
                             .into(),
-                    }),
-                )
-                    .into_response();
+                    },
+                );
                 response
                     .headers_mut()
                     .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -141,13 +138,23 @@ impl IntoResponse for ApiError {
                 (StatusCode::INTERNAL_SERVER_ERROR, Failure::Internal)
             }
         };
-        (status, Json(failure)).into_response()
+        json_error(status, &failure)
     }
+}
+
+/// An error answer of either wire: `status` and `body` as JSON
+/// (`Content-Type: application/json`). Every error body the server sends
+/// is built here: the session routes' [`Failure`] and [`RefusalBody`]
+/// (`{"error": code, ...}`), the Durable Streams routes' refusals
+/// (`handlers::streams`: `{"detail", "error"}` and the gap's figures), and
+/// the layers' rewrites of axum's own errors and of a panic.
+pub(crate) fn json_error(status: StatusCode, body: &impl Serialize) -> Response {
+    (status, Json(body)).into_response()
 }
 
 /// `failure` with `status` and a `Retry-After` of `secs`.
 fn with_retry_after(status: StatusCode, failure: Failure, secs: u64) -> Response {
-    let mut response = (status, Json(failure)).into_response();
+    let mut response = json_error(status, &failure);
     response
         .headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from(secs));

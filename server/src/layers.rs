@@ -2,6 +2,7 @@
 //! redacted, a JSON `500` for a panicking handler, JSON bodies for every
 //! error answer (405 included), and CORS for the configured origins.
 
+use crate::error::json_error;
 use crate::handlers::streams;
 use crate::ids::SessionId;
 use crate::metrics::Limit;
@@ -105,18 +106,7 @@ fn panicked(state: &ServerState, panic: Box<dyn Any + Send>) -> Response<Body> {
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_default();
     tracing::error!(%message, "handler panicked");
-    json_response(StatusCode::INTERNAL_SERVER_ERROR, &Failure::Internal)
-}
-
-fn json_response(status: StatusCode, failure: &Failure) -> Response<Body> {
-    let body = serde_json::to_vec(failure).unwrap_or_default();
-    let mut response = Response::new(Body::from(body));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
+    json_error(StatusCode::INTERNAL_SERVER_ERROR, &Failure::Internal)
 }
 
 /// Every error answer is JSON with an `error` code: the server's own are
@@ -153,7 +143,7 @@ async fn json_errors(response: Response<Body>) -> Response<Body> {
     } else {
         status
     };
-    let mut rewritten = json_response(status, &failure);
+    let mut rewritten = json_error(status, &failure);
     parts.headers.remove(header::CONTENT_LENGTH);
     parts.headers.insert(
         header::CONTENT_TYPE,

@@ -2,12 +2,14 @@
 //! (browser security, CORS), and every refusal as JSON with its status and
 //! the protocol's headers.
 
+use crate::error::json_error;
 use crate::streams::numbering::ReadRefusal;
 use crate::streams::offset::Offset;
 use crate::streams::registry::CreateRefusal;
 use crate::streams::rules::AppendRefusal;
 use axum::body::Body;
-use axum::http::{header, HeaderName, HeaderValue, Response, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+use gapless_client::Failure;
 
 pub(crate) const NEXT_OFFSET: &str = "stream-next-offset";
 pub(crate) const UP_TO_DATE: &str = "stream-up-to-date";
@@ -68,15 +70,31 @@ pub(crate) const EXPOSED_HEADERS: &[&str] = &[
 /// With `--cors-origin`, the server's CORS layer answers for the listed
 /// origins instead (see [`http::stream_route`](super::http::stream_route)).
 pub(crate) fn response(status: StatusCode) -> axum::http::response::Builder {
-    Response::builder()
-        .status(status)
-        .header(header::X_CONTENT_TYPE_OPTIONS, "nosniff")
-        .header("cross-origin-resource-policy", "cross-origin")
-        .header(header::ACCESS_CONTROL_ALLOW_ORIGIN, "*")
-        .header(
-            header::ACCESS_CONTROL_EXPOSE_HEADERS,
-            EXPOSED_HEADERS.join(", "),
-        )
+    let mut builder = Response::builder().status(status);
+    if let Some(headers) = builder.headers_mut() {
+        protocol_headers(headers);
+    }
+    builder
+}
+
+/// Adds the headers every answer of the protocol carries (see
+/// [`response`]) to `headers`.
+fn protocol_headers(headers: &mut HeaderMap) {
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        HeaderName::from_static("cross-origin-resource-policy"),
+        HeaderValue::from_static("cross-origin"),
+    );
+    headers.insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
+    if let Ok(exposed) = HeaderValue::from_str(&EXPOSED_HEADERS.join(", ")) {
+        headers.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, exposed);
+    }
 }
 
 /// The answer to a CORS preflight.
@@ -97,34 +115,48 @@ pub(crate) fn preflight() -> Response<Body> {
 }
 
 /// `builder` with `body`; a header value that could not be set (none of
-/// ours can fail) answers `500`.
+/// ours can fail) answers `500 internal`.
 pub(crate) fn finish(builder: axum::http::response::Builder, body: Body) -> Response<Body> {
     builder.body(body).unwrap_or_else(|error| {
         tracing::error!(%error, "building a stream response");
-        let mut response = Response::new(Body::from(r#"{"error":"internal"}"#));
-        *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
-        response
+        json_error(StatusCode::INTERNAL_SERVER_ERROR, &Failure::Internal)
     })
 }
 
-/// A refusal: `status`, `{"error": code, "detail": detail}` and `headers`.
+/// A refusal: `status`, `{"detail": detail, "error": code}` (the keys in
+/// this order, as a `serde_json` map writes them) and `headers`.
 pub(crate) fn refusal(
     status: StatusCode,
     code: &str,
     detail: &str,
     headers: &[(&str, String)],
 ) -> Response<Body> {
-    let body = serde_json::json!({ "error": code, "detail": detail }).to_string();
-    let mut builder = response(status).header(header::CONTENT_TYPE, "application/json");
+    refused(
+        status,
+        &serde_json::json!({ "error": code, "detail": detail }),
+        headers,
+    )
+}
+
+/// A refusal with `body` as its JSON, built by the server's one error
+/// answer ([`json_error`]), with the protocol's headers and `headers`.
+fn refused(
+    status: StatusCode,
+    body: &serde_json::Value,
+    headers: &[(&str, String)],
+) -> Response<Body> {
+    let mut answer = json_error(status, body);
+    let answer_headers = answer.headers_mut();
+    protocol_headers(answer_headers);
     for (name, value) in headers {
         if let (Ok(name), Ok(value)) = (
             HeaderName::from_bytes(name.as_bytes()),
             HeaderValue::from_str(value),
         ) {
-            builder = builder.header(name, value);
+            answer_headers.append(name, value);
         }
     }
-    finish(builder, Body::from(body))
+    answer
 }
 
 /// `400 bad_request` with `detail`.
@@ -181,12 +213,8 @@ pub(crate) fn gap(offset: Offset, earliest: Offset, evicted: u64) -> Response<Bo
         "offset": offset.to_string(),
         "earliest_offset": earliest.to_string(),
         "evicted": evicted,
-    })
-    .to_string();
-    finish(
-        response(StatusCode::GONE).header(header::CONTENT_TYPE, "application/json"),
-        Body::from(body),
-    )
+    });
+    refused(StatusCode::GONE, &body, &[])
 }
 
 /// The answer to an append that stored nothing.
