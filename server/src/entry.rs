@@ -3,7 +3,7 @@
 //! watch.
 
 use crate::admission::{ClientSlot, Held};
-use crate::ids::{same_key, PublishKey, SessionId};
+use crate::ids::{may_write, PublishKey, SessionId};
 use crate::lifecycle::Lifecycle;
 use crate::lifecycle::TrackedTasks;
 use crate::replica::{Committer, Mirror};
@@ -68,11 +68,8 @@ impl Entry {
     /// always without `--publish-keys`; else only this session's key,
     /// compared in constant time.
     pub(crate) fn may_publish(&self, presented: Option<&PublishKey>) -> bool {
-        match (&self.publish_key, presented) {
-            (None, _) => true,
-            (Some(key), Some(presented)) => same_key(key, presented),
-            (Some(_), None) => false,
-        }
+        // A session made without a key stays open to writes.
+        may_write(self.publish_key.as_ref(), presented, true)
     }
 
     /// Wakes every stream of this session to re-check whether it is current.

@@ -78,14 +78,20 @@ impl<S: Send + Sync> FromRequestParts<S> for PresentedKey {
     type Rejection = std::convert::Infallible;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        Ok(Self(
-            parts
-                .headers
+        Ok(Self::of(&parts.headers))
+    }
+}
+
+impl PresentedKey {
+    /// The key `headers` present (both wires read it here).
+    pub(crate) fn of(headers: &HeaderMap) -> Self {
+        Self(
+            headers
                 .get(header::AUTHORIZATION)
                 .and_then(|value| value.to_str().ok())
                 .and_then(bearer_token)
                 .and_then(|token| token.parse().ok()),
-        ))
+        )
     }
 }
 

@@ -39,10 +39,28 @@ pub(crate) fn log_of(id: &SessionId) -> LogId {
     LogId::from_bytes(id.to_bytes())
 }
 
+/// The one publish-key check of both wires: whether a write presenting
+/// `presented` may go to a session or stream that holds `expected`. With a
+/// key, only the same key (compared by [`same_key`]); without one (made
+/// without `--publish-keys`), `keyless_open` says: a session stays open to
+/// writes (`Entry::may_publish`), a stream is open unless the server now
+/// requires keys (`handlers::streams`).
+pub(crate) fn may_write(
+    expected: Option<&PublishKey>,
+    presented: Option<&PublishKey>,
+    keyless_open: bool,
+) -> bool {
+    match (expected, presented) {
+        (None, _) => keyless_open,
+        (Some(expected), Some(presented)) => same_key(expected, presented),
+        (Some(_), None) => false,
+    }
+}
+
 /// Whether two keys are equal, in time independent of where they differ
 /// (a key compared byte by byte with an early exit leaks, by timing, how
 /// much of a guess was right).
-pub(crate) fn same_key(a: &PublishKey, b: &PublishKey) -> bool {
+fn same_key(a: &PublishKey, b: &PublishKey) -> bool {
     let difference = a
         .to_bytes()
         .iter()

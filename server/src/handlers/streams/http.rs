@@ -12,8 +12,8 @@ use super::answer::{
     PUBLISH_KEY, TTL,
 };
 use super::{limits, live};
-use crate::extract::Client;
-use crate::ids::PublishKey;
+use crate::extract::{Client, PresentedKey};
+use crate::ids::{may_write, PublishKey};
 use crate::state::{AppState, ServerState};
 use crate::streams::feed::LocalFeed;
 use crate::streams::offset::{Offset, Start};
@@ -150,19 +150,12 @@ async fn body(state: &AppState, request: Request) -> Result<bytes::Bytes, Respon
     }
 }
 
-/// Checks `Authorization: Bearer <publish key>` against a stream's key
-/// (`None`: created without `--publish-keys`, open to writes unless the
-/// server now requires keys).
+/// Whether the key `headers` present ([`PresentedKey`]) opens writes to a
+/// stream holding `expected` ([`may_write`]): a stream created without
+/// `--publish-keys` is open unless the server now requires keys.
 fn authorized(state: &ServerState, expected: Option<&PublishKey>, headers: &HeaderMap) -> bool {
-    let Some(expected) = expected else {
-        return !state.config.publish_keys;
-    };
-    let presented = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(gapless_client::wire::bearer_token)
-        .and_then(|key| key.parse::<PublishKey>().ok());
-    presented.is_some_and(|key| crate::ids::same_key(&key, expected))
+    let PresentedKey(presented) = PresentedKey::of(headers);
+    may_write(expected, presented.as_ref(), !state.config.publish_keys)
 }
 
 /// Whether an append of `content_type` (`None` for none) may go to a
