@@ -7,11 +7,12 @@ use crate::entry::Entry;
 use crate::error::ApiError;
 use crate::ids::{PublishKey, SessionId};
 use crate::metrics::Limit;
-use crate::state::AppState;
+use crate::state::{AppState, ServerState};
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap};
+use bytes::BytesMut;
 use gapless::session::Session;
 use gapless::EventId;
 use gapless::SingleWriter;
@@ -152,7 +153,8 @@ impl FromRequestParts<AppState> for Client {
     }
 }
 
-/// A request body within `--max-body`; over it, `413 body_too_large`.
+/// A request body within `--max-body`; over it, `413 body_too_large`
+/// (read no further: see [`OverLimit::Stop`]).
 pub(crate) struct Body(pub(crate) Bytes);
 
 impl FromRequest<AppState> for Body {
@@ -162,24 +164,102 @@ impl FromRequest<AppState> for Body {
     /// client that sends it slower holds its connection no longer (`408
     /// body_read_timeout`, and the connection closes).
     async fn from_request(request: Request, state: &AppState) -> Result<Self, Self::Rejection> {
-        let config = &state.0.config;
-        match tokio::time::timeout(
-            config.body_read_timeout,
-            Bytes::from_request(request, state),
+        read_body(
+            &state.0,
+            request.into_body(),
+            state.0.config.max_body,
+            OverLimit::Stop,
         )
         .await
-        {
-            Ok(Ok(bytes)) => Ok(Self(bytes)),
-            Ok(Err(rejection)) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-                Err(ApiError::BodyTooLarge {
-                    limit: config.max_body,
-                })
+        .map(Self)
+        .map_err(ApiError::from)
+    }
+}
+
+/// What a body over its limit is read on for, unkept, before the `413`
+/// ([`OverLimit::Drain`]).
+const DRAIN_BYTES: usize = 64 << 20;
+
+/// What [`read_body`] does with a body once it is over its limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OverLimit {
+    /// Stops reading at the frame that passes the limit (the session
+    /// routes, as axum's own limit did).
+    Stop,
+    /// Reads the rest, up to [`DRAIN_BYTES`] and within the same timeout,
+    /// and drops it (the Durable Streams routes): a client still sending
+    /// it would otherwise find the connection reset before it reads the
+    /// answer.
+    Drain,
+}
+
+/// Why [`read_body`] gave no body. Each wire answers it in its own shape
+/// (the session routes through [`ApiError`], the Durable Streams routes
+/// through their refusals): `413 body_too_large`, `408 body_read_timeout`
+/// with `Connection: close`, `400 bad_request`.
+#[derive(Debug)]
+pub(crate) enum BodyError {
+    /// The body is over `limit` bytes.
+    TooLarge { limit: usize },
+    /// The body did not arrive within `--body-read-timeout` (counted as a
+    /// tripped limit).
+    Timeout,
+    /// The connection failed while the body was read.
+    Unreadable(axum::Error),
+}
+
+impl From<BodyError> for ApiError {
+    /// The session routes' answer to a body not read.
+    fn from(error: BodyError) -> Self {
+        match error {
+            BodyError::TooLarge { limit } => Self::BodyTooLarge { limit },
+            BodyError::Timeout => Self::BodyReadTimeout,
+            // As axum's own body extractor words it.
+            BodyError::Unreadable(error) => {
+                Self::BadRequest(format!("Failed to buffer the request body: {error}"))
             }
-            Ok(Err(rejection)) => Err(ApiError::BadRequest(rejection.body_text())),
-            Err(_) => {
-                state.0.metrics.tripped(Limit::BodyReadTimeout);
-                Err(ApiError::BodyReadTimeout)
+        }
+    }
+}
+
+/// The one body reader of both wires: `body` whole, at most `limit` bytes,
+/// within `--body-read-timeout` of the head. Over the limit: `over` says
+/// whether the rest is drained first. A timeout is counted as the tripped
+/// limit [`Limit::BodyReadTimeout`].
+pub(crate) async fn read_body(
+    state: &ServerState,
+    body: axum::body::Body,
+    limit: usize,
+    over: OverLimit,
+) -> Result<Bytes, BodyError> {
+    use futures_util::StreamExt as _;
+    let drain = match over {
+        OverLimit::Stop => 0,
+        OverLimit::Drain => DRAIN_BYTES,
+    };
+    let mut frames = body.into_data_stream();
+    let read = async {
+        let mut kept = BytesMut::new();
+        let mut seen = 0usize;
+        while let Some(frame) = frames.next().await {
+            let frame = frame.map_err(BodyError::Unreadable)?;
+            seen = seen.saturating_add(frame.len());
+            if seen <= limit {
+                kept.extend_from_slice(&frame);
+            } else if seen > drain {
+                break;
             }
+        }
+        if seen > limit {
+            return Err(BodyError::TooLarge { limit });
+        }
+        Ok(kept.freeze())
+    };
+    match tokio::time::timeout(state.config.body_read_timeout, read).await {
+        Ok(result) => result,
+        Err(_) => {
+            state.metrics.tripped(Limit::BodyReadTimeout);
+            Err(BodyError::Timeout)
         }
     }
 }

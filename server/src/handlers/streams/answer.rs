@@ -3,6 +3,7 @@
 //! the protocol's headers.
 
 use crate::error::json_error;
+use crate::extract::BodyError;
 use crate::streams::numbering::ReadRefusal;
 use crate::streams::offset::Offset;
 use crate::streams::registry::CreateRefusal;
@@ -157,6 +158,27 @@ fn refused(
         }
     }
     answer
+}
+
+/// The answer to a body not read: `413 body_too_large`, `408
+/// body_read_timeout` with `Connection: close` (the rest of the body may
+/// still come: the connection cannot carry another request), or `400`.
+pub(crate) fn body_refused(error: &BodyError) -> Response<Body> {
+    match error {
+        BodyError::TooLarge { limit } => refusal(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            &format!("request body is over {limit} bytes"),
+            &[],
+        ),
+        BodyError::Timeout => refusal(
+            StatusCode::REQUEST_TIMEOUT,
+            "body_read_timeout",
+            "the request body did not arrive within the server's body timeout",
+            &[(header::CONNECTION.as_str(), "close".to_owned())],
+        ),
+        BodyError::Unreadable(_) => bad_request("the request body could not be read"),
+    }
 }
 
 /// `400 bad_request` with `detail`.

@@ -12,7 +12,7 @@ use super::answer::{
     PUBLISH_KEY, TTL,
 };
 use super::{limits, live};
-use crate::extract::{Client, PresentedKey};
+use crate::extract::{read_body, Client, OverLimit, PresentedKey};
 use crate::ids::{may_write, PublishKey};
 use crate::state::{AppState, ServerState};
 use crate::streams::feed::LocalFeed;
@@ -83,71 +83,21 @@ fn strict_integer(value: &str) -> Option<u64> {
 /// The largest integer a JavaScript client sends exactly.
 const SAFE_INTEGER: u64 = (1 << 53) - 1;
 
-/// What a body over `--max-body` is read on for, unkept, before the `413`:
-/// a client still sending it would otherwise find the connection reset
-/// before it reads the answer.
-const DRAIN_BYTES: usize = 64 << 20;
-
 /// The request body within the stream body limit (`--max-body`, or the
-/// ring's largest message if larger) and `--body-read-timeout`. Over the
-/// limit: `413 body_too_large`, once the rest of the body (up to
-/// [`DRAIN_BYTES`], within the same timeout) has been read and dropped.
-async fn body(state: &AppState, request: Request) -> Result<bytes::Bytes, Response<Body>> {
-    use futures_util::StreamExt as _;
-    let config = &state.0.config;
+/// ring's largest message if larger) and `--body-read-timeout`, read by
+/// the server's one body reader; over the limit, the rest is drained
+/// before the `413` ([`OverLimit::Drain`]).
+async fn body(state: &ServerState, request: Request) -> Result<bytes::Bytes, Response<Body>> {
+    let config = &state.config;
     // A stream takes a body as large as its ring's largest message, at
     // least `--max-body`: the official client batches appends up to 1 MiB
     // and a batch may pass that by one message.
     let limit = config
         .max_body
         .max(config.ring().geometry().map_or(0, |g| g.max_payload()));
-    let mut frames = request.into_body().into_data_stream();
-    let read = async {
-        let mut kept = bytes::BytesMut::new();
-        let mut seen = 0usize;
-        while let Some(frame) = frames.next().await {
-            let Ok(frame) = frame else {
-                return Err(answer::bad_request("the request body could not be read"));
-            };
-            seen = seen.saturating_add(frame.len());
-            if seen <= limit {
-                kept.extend_from_slice(&frame);
-            } else if seen > DRAIN_BYTES {
-                break;
-            }
-        }
-        if seen > limit {
-            return Err(answer::refusal(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body_too_large",
-                &format!("request body is over {limit} bytes"),
-                &[],
-            ));
-        }
-        Ok(kept.freeze())
-    };
-    match tokio::time::timeout(config.body_read_timeout, read).await {
-        Ok(result) => result,
-        Err(_) => {
-            state
-                .0
-                .metrics
-                .tripped(crate::metrics::Limit::BodyReadTimeout);
-            // The rest of the body may still come: the connection cannot
-            // carry another request.
-            let mut refused = answer::refusal(
-                StatusCode::REQUEST_TIMEOUT,
-                "body_read_timeout",
-                "the request body did not arrive within the server's body timeout",
-                &[],
-            );
-            refused.headers_mut().insert(
-                header::CONNECTION,
-                header::HeaderValue::from_static("close"),
-            );
-            Err(refused)
-        }
-    }
+    read_body(state, request.into_body(), limit, OverLimit::Drain)
+        .await
+        .map_err(|error| answer::body_refused(&error))
 }
 
 /// Whether the key `headers` present ([`PresentedKey`]) opens writes to a
@@ -196,7 +146,7 @@ async fn create(state: &Arc<ServerState>, path: String, request: Request) -> Res
         Err(never) => match never {},
     };
     let request = Request::from_parts(parts, body_stream);
-    let body = match body(&AppState(Arc::clone(state)), request).await {
+    let body = match body(state, request).await {
         Ok(body) => body,
         Err(refused) => return refused,
     };
@@ -411,7 +361,7 @@ async fn append(state: &Arc<ServerState>, path: &str, request: Request) -> Respo
             Some(stream)
         }
     };
-    let body = match body(&AppState(Arc::clone(state)), request).await {
+    let body = match body(state, request).await {
         Ok(body) => body,
         Err(refused) => return refused,
     };
