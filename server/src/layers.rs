@@ -1,6 +1,8 @@
 //! The tower layers around every route: request logs with the ticket
 //! redacted, a JSON `500` for a panicking handler, JSON bodies for every
-//! error answer (405 included), and CORS for the configured origins.
+//! error answer (405 included), and CORS for the configured origins; and
+//! the Durable Streams route's CORS for any origin when none is configured
+//! ([`with_stream_cors`]).
 
 use crate::error::json_error;
 use crate::handlers::streams;
@@ -8,7 +10,10 @@ use crate::ids::SessionId;
 use crate::metrics::Limit;
 use crate::state::{AppState, ServerState};
 use axum::body::Body;
+use axum::extract::State;
 use axum::http::{header, HeaderValue, Method, Request, Response, StatusCode, Uri};
+use axum::middleware::Next;
+use axum::routing::MethodRouter;
 use axum::Router;
 use gapless_client::Failure;
 use std::any::Any;
@@ -154,8 +159,81 @@ async fn json_errors(response: Response<Body>) -> Response<Body> {
     rewritten
 }
 
-/// CORS for `origins`, or none at all. Preflights are answered for the
-/// protocol's methods and request headers; `Vary: Origin` is set.
+/// The Durable Streams route in the server's CORS, the one mechanism of
+/// both wires (no handler writes an `Access-Control-*` header). With
+/// `--cors-origin`, [`cors`] answers for every route, the stream route
+/// included, in [`with_layers`]. Without it the session routes send no CORS
+/// header, while the stream route answers any origin ([`any_origin`]): its
+/// reads need no credential and its writes carry a bearer key, never a
+/// cookie, and the protocol's browser clients read its headers.
+pub(crate) fn with_stream_cors(
+    route: MethodRouter<AppState>,
+    state: &AppState,
+) -> MethodRouter<AppState> {
+    if !state.0.config.cors_origins.is_empty() {
+        return route;
+    }
+    let headers = AnyOrigin {
+        exposed: listed(streams::EXPOSED_HEADERS),
+        allowed: listed(streams::REQUEST_HEADERS),
+    };
+    route.layer(axum::middleware::from_fn_with_state(headers, any_origin))
+}
+
+/// The methods a stream's preflight allows.
+const STREAM_METHODS: &str = "GET, POST, PUT, DELETE, HEAD, OPTIONS";
+
+/// How long a browser may keep a stream's preflight, in seconds.
+const STREAM_PREFLIGHT_MAX_AGE: &str = "86400";
+
+/// The values [`any_origin`] sends, built once.
+#[derive(Clone)]
+struct AnyOrigin {
+    /// [`streams::EXPOSED_HEADERS`], comma-separated.
+    exposed: HeaderValue,
+    /// [`streams::REQUEST_HEADERS`], comma-separated.
+    allowed: HeaderValue,
+}
+
+/// `names` as one header value, `a, b, c`.
+fn listed(names: &[&str]) -> HeaderValue {
+    HeaderValue::from_str(&names.join(", ")).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// CORS for any origin on every answer of the stream route (its refusals
+/// and axum's own included): `Access-Control-Allow-Origin: *` and the
+/// protocol's exposed headers; the answer to `OPTIONS` (the route's `204`)
+/// also allows the protocol's methods and request headers, for a day.
+async fn any_origin(
+    State(headers): State<AnyOrigin>,
+    request: Request<Body>,
+    next: Next,
+) -> Response<Body> {
+    let preflight = request.method() == Method::OPTIONS;
+    let mut response = next.run(request).await;
+    let answer = response.headers_mut();
+    answer.insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
+    answer.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, headers.exposed);
+    if preflight {
+        answer.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static(STREAM_METHODS),
+        );
+        answer.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, headers.allowed);
+        answer.insert(
+            header::ACCESS_CONTROL_MAX_AGE,
+            HeaderValue::from_static(STREAM_PREFLIGHT_MAX_AGE),
+        );
+    }
+    response
+}
+
+/// CORS for `origins`, or none at all: every route, the stream route
+/// included. Preflights are answered for the protocol's methods and request
+/// headers; `Vary: Origin` is set.
 fn cors(origins: &[String]) -> Option<CorsLayer> {
     if origins.is_empty() {
         return None;

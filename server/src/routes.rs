@@ -3,7 +3,7 @@
 
 use crate::error::ApiError;
 use crate::handlers::{events, metrics, migration, sessions, streams};
-use crate::layers::with_layers;
+use crate::layers::{with_layers, with_stream_cors};
 use crate::state::AppState;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{any, get, post};
@@ -33,7 +33,10 @@ pub fn routes(state: AppState) -> Router {
         .route("/session/{id}/ack", post(sessions::ack))
         .route("/session/{id}/upgrade", post(migration::upgrade))
         .route("/session/{id}/ws", get(migration::websocket))
-        .route("/v1/stream/{*path}", any(streams::stream_route))
+        .route(
+            "/v1/stream/{*path}",
+            with_stream_cors(any(streams::stream_route), &state),
+        )
         .route("/metrics", get(metrics::render))
         .route("/healthz", get(sessions::healthz))
         .fallback(|| async { ApiError::NotFound })

@@ -1,6 +1,7 @@
 //! Building the protocol's answers: the headers every response carries
-//! (browser security, CORS), and every refusal as JSON with its status and
-//! the protocol's headers.
+//! (browser security; CORS is the server's CORS layer's, from the lists
+//! here), and every refusal as JSON with its status and the protocol's
+//! headers.
 
 use crate::error::json_error;
 use crate::extract::BodyError;
@@ -65,11 +66,10 @@ pub(crate) const EXPOSED_HEADERS: &[&str] = &[
 ];
 
 /// A response of `status` with the headers every answer of the protocol
-/// carries: `X-Content-Type-Options: nosniff`,
-/// `Cross-Origin-Resource-Policy: cross-origin`, and CORS for any origin
-/// (reads need no credential; writes carry a bearer key, never a cookie).
-/// With `--cors-origin`, the server's CORS layer answers for the listed
-/// origins instead (see [`http::stream_route`](super::http::stream_route)).
+/// carries: `X-Content-Type-Options: nosniff` and
+/// `Cross-Origin-Resource-Policy: cross-origin`. CORS is the server's CORS
+/// layer's (`layers::with_stream_cors`), from [`EXPOSED_HEADERS`] and
+/// [`REQUEST_HEADERS`].
 pub(crate) fn response(status: StatusCode) -> axum::http::response::Builder {
     let mut builder = Response::builder().status(status);
     if let Some(headers) = builder.headers_mut() {
@@ -89,30 +89,12 @@ fn protocol_headers(headers: &mut HeaderMap) {
         HeaderName::from_static("cross-origin-resource-policy"),
         HeaderValue::from_static("cross-origin"),
     );
-    headers.insert(
-        header::ACCESS_CONTROL_ALLOW_ORIGIN,
-        HeaderValue::from_static("*"),
-    );
-    if let Ok(exposed) = HeaderValue::from_str(&EXPOSED_HEADERS.join(", ")) {
-        headers.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, exposed);
-    }
 }
 
-/// The answer to a CORS preflight.
+/// The answer to `OPTIONS` (a CORS preflight): `204`, to which the CORS
+/// layer adds what the preflight allows.
 pub(crate) fn preflight() -> Response<Body> {
-    finish(
-        response(StatusCode::NO_CONTENT)
-            .header(
-                header::ACCESS_CONTROL_ALLOW_METHODS,
-                "GET, POST, PUT, DELETE, HEAD, OPTIONS",
-            )
-            .header(
-                header::ACCESS_CONTROL_ALLOW_HEADERS,
-                REQUEST_HEADERS.join(", "),
-            )
-            .header(header::ACCESS_CONTROL_MAX_AGE, "86400"),
-        Body::empty(),
-    )
+    finish(response(StatusCode::NO_CONTENT), Body::empty())
 }
 
 /// `builder` with `body`; a header value that could not be set (none of

@@ -34,7 +34,7 @@ pub(crate) async fn stream_route(
     request: Request,
 ) -> Response<Body> {
     let method = request.method().clone();
-    let mut answer = match limits::check(&path, &request) {
+    match limits::check(&path, &request) {
         Err(refused) => refused,
         Ok(()) => match method {
             Method::OPTIONS => answer::preflight(),
@@ -50,15 +50,7 @@ pub(crate) async fn stream_route(
                 &[("allow", "GET, HEAD, PUT, POST, DELETE, OPTIONS".to_owned())],
             ),
         },
-    };
-    if !state.config.cors_origins.is_empty() {
-        // The server's CORS layer answers for the configured origins: two
-        // `Access-Control-Allow-Origin` values would fail every browser.
-        let headers = answer.headers_mut();
-        headers.remove(header::ACCESS_CONTROL_ALLOW_ORIGIN);
-        headers.remove(header::ACCESS_CONTROL_EXPOSE_HEADERS);
     }
-    answer
 }
 
 /// One header's value as text; `Err` for a value that is not.
