@@ -97,6 +97,11 @@ pub(crate) fn preflight() -> Response<Body> {
     finish(response(StatusCode::NO_CONTENT), Body::empty())
 }
 
+/// `"start:end"`, `:c` added once the reader is at the closed tail.
+pub(crate) fn etag(start: &str, end: Offset, closed: bool) -> String {
+    format!("\"{start}:{end}{}\"", if closed { ":c" } else { "" })
+}
+
 /// `builder` with `body`; a header value that could not be set (none of
 /// ours can fail) answers `500 internal`.
 pub(crate) fn finish(builder: axum::http::response::Builder, body: Body) -> Response<Body> {

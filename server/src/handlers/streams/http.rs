@@ -11,12 +11,13 @@ use super::answer::{
     self, finish, response, CLOSED, EXPIRES_AT, NEXT_OFFSET, PRODUCER_EPOCH, PRODUCER_SEQ,
     PUBLISH_KEY, TTL,
 };
+use super::query::ReadQuery;
 use super::{limits, live};
 use crate::extract::{read_body, Client, OverLimit, PresentedKey};
 use crate::ids::{may_write, PublishKey};
 use crate::state::{AppState, ServerState};
 use crate::streams::feed::LocalFeed;
-use crate::streams::offset::{Offset, Start};
+use crate::streams::offset::Offset;
 use crate::streams::registry::{CreateRefusal, CreateRequest, Created};
 use crate::streams::rules::{AppendRefusal, AppendRequest, Appended};
 use crate::streams::shared::{SharedCreated, View};
@@ -536,7 +537,7 @@ fn head_response(settings: &Settings, tail: Offset, closed: bool) -> Response<Bo
         .header(header::CONTENT_TYPE, settings.content_type.as_str())
         .header(NEXT_OFFSET, tail.to_string())
         .header(header::CACHE_CONTROL, "no-store")
-        .header(header::ETAG, etag("-1", tail, closed));
+        .header(header::ETAG, answer::etag("-1", tail, closed));
     if closed {
         builder = builder.header(CLOSED, "true");
     }
@@ -591,109 +592,8 @@ async fn delete(state: &Arc<ServerState>, path: &str, headers: &HeaderMap) -> Re
     }
 }
 
-/// `"start:end"`, `:c` added once the reader is at the closed tail.
-pub(crate) fn etag(start: &str, end: Offset, closed: bool) -> String {
-    format!("\"{start}:{end}{}\"", if closed { ":c" } else { "" })
-}
-
-/// What a `GET`'s query asks for.
-pub(crate) struct ReadQuery {
-    pub(crate) start: Start,
-    /// The `offset` parameter as given (`-1` when absent), for the ETag.
-    pub(crate) raw_start: String,
-    pub(crate) live: Live,
-    pub(crate) cursor: Option<String>,
-}
-
-/// The `live` parameter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Live {
-    No,
-    LongPoll,
-    Sse,
-}
-
-fn query(raw: Option<&str>) -> Result<ReadQuery, Response<Body>> {
-    let mut offset: Option<String> = None;
-    let mut live = Live::No;
-    let mut cursor = None;
-    let mut offsets = 0;
-    for pair in raw.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
-        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let value = percent_decode(value)
-            .ok_or_else(|| answer::bad_request("a query parameter is not UTF-8"))?;
-        match name {
-            "offset" => {
-                offsets += 1;
-                offset = Some(value);
-            }
-            "live" => {
-                live = match value.as_str() {
-                    "long-poll" => Live::LongPoll,
-                    "sse" => Live::Sse,
-                    "" | "false" => Live::No,
-                    _ => return Err(answer::bad_request("live must be long-poll or sse")),
-                }
-            }
-            "cursor" => cursor = Some(value),
-            _ => {}
-        }
-    }
-    if offsets > 1 {
-        return Err(answer::bad_request("one offset parameter at most"));
-    }
-    let start = match &offset {
-        None => Start::Beginning,
-        Some(value) => Start::parse(value).ok_or_else(|| {
-            answer::bad_request("offset must be -1, now, or an offset the server returned")
-        })?,
-    };
-    if live != Live::No && offset.is_none() {
-        return Err(answer::bad_request("a live read needs an offset"));
-    }
-    Ok(ReadQuery {
-        start,
-        raw_start: offset.unwrap_or_else(|| "-1".to_owned()),
-        live,
-        cursor,
-    })
-}
-
-/// `%XX` and `+` decoded; `None` when the result is not UTF-8.
-fn percent_decode(value: &str) -> Option<String> {
-    let bytes = value.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok()?;
-                match u8::from_str_radix(hex, 16) {
-                    Ok(byte) => {
-                        out.push(byte);
-                        i += 3;
-                    }
-                    Err(_) => {
-                        out.push(b'%');
-                        i += 1;
-                    }
-                }
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            byte => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
 async fn read(state: &Arc<ServerState>, path: &str, request: Request) -> Response<Body> {
-    let query = match query(request.uri().query()) {
+    let query = match ReadQuery::parse(request.uri().query()) {
         Ok(query) => query,
         Err(refused) => return refused,
     };

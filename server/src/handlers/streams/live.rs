@@ -5,10 +5,10 @@
 //! it got is answered `410`, never a skip.
 
 use super::answer::{
-    self, finish, response, CLOSED, CURSOR, NEXT_OFFSET, SSE_DATA_ENCODING, UP_TO_DATE,
+    self, etag, finish, response, CLOSED, CURSOR, NEXT_OFFSET, SSE_DATA_ENCODING, UP_TO_DATE,
 };
 use super::cursor::response_cursor;
-use super::http::{etag, Live, ReadQuery};
+use super::query::{Live, ReadQuery};
 use crate::lifecycle::turned_true;
 use crate::state::ServerState;
 use crate::streams::feed::{Feed, FeedEnd, Page};

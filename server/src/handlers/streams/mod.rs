@@ -4,8 +4,9 @@
 //! | module | holds |
 //! |---|---|
 //! | `cursor` | `Stream-Cursor` for live reads |
-//! | `answer` | response headers and every refusal |
+//! | `answer` | response headers, ETags and every refusal |
 //! | `limits` | the caps on a path and on the headers a stream keeps; no encoded slash |
+//! | `query` | what a read's query asks for |
 //! | `live` | catch-up, long-poll and SSE reads over a feed |
 //! | `http` | the route's handler: one function per method |
 
@@ -14,6 +15,7 @@ mod cursor;
 mod http;
 mod limits;
 mod live;
+mod query;
 
 pub(crate) use answer::{EXPOSED_HEADERS, REQUEST_HEADERS};
 pub(crate) use http::stream_route;
