@@ -110,6 +110,14 @@ impl ClientKey {
     }
 }
 
+impl std::fmt::Display for ClientKey {
+    /// The address (an IPv6 `/64` as its first address): how the shared
+    /// history names a client's admission set.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// Whether `peer` is one of `trusted`.
 pub(crate) fn is_trusted(peer: IpAddr, trusted: &[TrustedProxy]) -> bool {
     trusted.iter().any(|proxy| proxy.contains(peer))

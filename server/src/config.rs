@@ -102,6 +102,13 @@ pub struct ServerConfig {
     /// Streams may hold together (default 25 %): a client past it is
     /// refused `429 stream_memory_per_client`.
     pub stream_memory_per_client: u8,
+    /// With `--redis`: Durable Streams the shared history holds at most,
+    /// counted in Redis by every instance (default 1,000,000): one more is
+    /// `503 too_many_streams`.
+    pub max_durable_streams: usize,
+    /// With `--redis`: live Durable Streams one client may have created
+    /// (default 100,000): one more is `429 too_many_streams_per_client`.
+    pub max_durable_streams_per_client: usize,
     /// Idempotent producers a Durable Stream keeps at most: a new one past
     /// them evicts the one idle longest (default 1,024).
     pub max_producers_per_stream: usize,
@@ -145,6 +152,8 @@ impl Default for ServerConfig {
             publish_keys: false,
             long_poll_timeout: Duration::from_secs(20),
             stream_memory_per_client: 25,
+            max_durable_streams: 1_000_000,
+            max_durable_streams_per_client: 100_000,
             max_producers_per_stream: 1024,
             producer_idle_timeout: Duration::from_secs(24 * 60 * 60),
             redis: None,
@@ -185,6 +194,11 @@ impl ServerConfig {
             ("--ws-max-message", self.ws_max_message),
             ("--max-queued-emits", self.max_queued_emits),
             ("--max-producers-per-stream", self.max_producers_per_stream),
+            ("--max-durable-streams", self.max_durable_streams),
+            (
+                "--max-durable-streams-per-client",
+                self.max_durable_streams_per_client,
+            ),
             (
                 "--stream-memory-per-client",
                 usize::from(self.stream_memory_per_client),

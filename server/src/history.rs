@@ -4,8 +4,8 @@
 #[cfg(test)]
 pub(crate) use gapless_history::memory;
 pub use gapless_history::{
-    counter, Change, Follower, Guard, History, HistoryConfig, HistoryError, Known, LogId, Meta,
-    MetaUpdate, RedisHistory, Snapshot, PER_EPOCH, READ_BYTES,
+    counter, Admission, Change, Follower, Guard, History, HistoryConfig, HistoryError, Known,
+    LogId, Meta, MetaUpdate, RedisHistory, Snapshot, PER_EPOCH, READ_BYTES,
 };
 
 /// What a log of the shared history holds, recorded in its meta (field

@@ -55,11 +55,16 @@ pub(crate) enum Limit {
     /// A Durable Stream's create or growth past its client's share of the
     /// memory budget.
     StreamMemoryPerClient,
+    /// Over Redis: a Durable Stream's create past `max_durable_streams`.
+    DurableStreams,
+    /// Over Redis: a Durable Stream's create past
+    /// `max_durable_streams_per_client` for one client.
+    DurableStreamsPerClient,
 }
 
 impl Limit {
     /// Every limit, in the order a fresh scrape lists them.
-    const ALL: [Self; 14] = [
+    const ALL: [Self; 16] = [
         Self::Sessions,
         Self::SessionsPerClient,
         Self::MemoryBudget,
@@ -74,6 +79,8 @@ impl Limit {
         Self::PongTimeout,
         Self::Panic,
         Self::StreamMemoryPerClient,
+        Self::DurableStreams,
+        Self::DurableStreamsPerClient,
     ];
 
     /// The label value.
@@ -93,6 +100,8 @@ impl Limit {
             Self::PongTimeout => "pong_timeout",
             Self::Panic => "panic",
             Self::StreamMemoryPerClient => "stream_memory_per_client",
+            Self::DurableStreams => "durable_streams",
+            Self::DurableStreamsPerClient => "durable_streams_per_client",
         }
     }
 }

@@ -591,20 +591,28 @@ impl AppState {
                 .ring()
                 .geometry()
                 .map_or(0, |g| g.max_payload());
-            let _ = state.0.shared_streams.set(Arc::new(SharedStreams::new(
-                Arc::clone(&redis),
-                max_payload,
-                state
-                    .0
-                    .config
-                    .redis
-                    .as_ref()
-                    .map_or(std::time::Duration::from_secs(2), |r| r.timeout),
-            )
-            .with_producer_limits(crate::streams::stream::ProducerLimits {
-                per_stream: state.0.config.max_producers_per_stream,
-                idle: state.0.config.producer_idle_timeout,
-            })));
+            let _ = state.0.shared_streams.set(Arc::new(
+                SharedStreams::new(
+                    Arc::clone(&redis),
+                    max_payload,
+                    state
+                        .0
+                        .config
+                        .redis
+                        .as_ref()
+                        .map_or(std::time::Duration::from_secs(2), |r| r.timeout),
+                )
+                .with_producer_limits(crate::streams::stream::ProducerLimits {
+                    per_stream: state.0.config.max_producers_per_stream,
+                    idle: state.0.config.producer_idle_timeout,
+                })
+                .with_admission(crate::streams::shared::Admission {
+                    total: state.0.config.max_durable_streams as u64,
+                    per_client: state.0.config.max_durable_streams_per_client as u64,
+                    // The keys' time to live: the idle timeout and a fifth.
+                    ttl: state.0.config.idle_timeout + state.0.config.idle_timeout / 5,
+                }),
+            ));
             let tasks = state.0.lifecycle.tracked_tasks();
             redis.set_spawner(Arc::new(move |task| drop(tokio::spawn(tasks.track(task)))));
         }

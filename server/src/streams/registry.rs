@@ -72,6 +72,11 @@ pub(crate) enum CreateRefusal {
     Unavailable,
     /// The shared history is at its memory limit (`507`).
     StorageFull,
+    /// Over Redis: `--max-durable-streams` streams live (`503`).
+    TooManyStreams,
+    /// Over Redis: the client created `--max-durable-streams-per-client`
+    /// live streams (`429`).
+    TooManyStreamsForClient,
     /// The ring cannot be built.
     Internal(String),
 }

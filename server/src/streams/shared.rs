@@ -29,8 +29,10 @@ use super::rules::{
 };
 use super::shared_feed::SharedFeed;
 use super::stream::{media_type, sub_offset_prefix, ProducerLimits, Settings};
+use crate::client_addr::ClientKey;
 use crate::history::{
-    Guard, History, HistoryError, Known, LogId, LogKind, Meta, MetaUpdate, Snapshot,
+    Admission as Admitted, Guard, History, HistoryError, Known, LogId, LogKind, Meta, MetaUpdate,
+    Snapshot,
 };
 use crate::ids::PublishKey;
 use bytes::Bytes;
@@ -76,11 +78,13 @@ mod field {
     pub(super) const FORK_CLAIM: &str = "f/";
     /// What the log holds: `stream` (see `crate::history::LogKind`).
     pub(super) const KIND: &str = crate::history::LogKind::FIELD;
+    /// The creating client (its address), whose admission set counts it.
+    pub(super) const CLIENT: &str = "client";
 
     /// The fields every look and read asks for (a producer's or a claim's
     /// field is named on top by the operation that needs it): never the
     /// whole meta, whose producer fields may be many.
-    pub(super) const VIEW: [&str; 19] = [
+    pub(super) const VIEW: [&str; 20] = [
         CONTENT_TYPE,
         TTL,
         EXPIRES_AT,
@@ -100,6 +104,7 @@ mod field {
         START,
         PRODUCERS,
         KIND,
+        CLIENT,
     ];
 }
 
@@ -259,6 +264,19 @@ impl View {
             .unwrap_or(0)
     }
 
+    /// The last access the meta holds (ms since the Unix epoch).
+    fn accessed(&self) -> u64 {
+        self.meta
+            .get(field::ACCESSED)
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// The creating client, whose admission set counts the stream.
+    fn client(&self) -> Option<&str> {
+        self.meta.get(field::CLIENT).map(String::as_str)
+    }
+
     fn producers(&self) -> u64 {
         self.meta
             .get(field::PRODUCERS)
@@ -326,8 +344,44 @@ pub(crate) struct SharedStreams<H> {
     timeout: Duration,
     /// How many producers a stream keeps, and for how long.
     producer_limits: ProducerLimits,
+    /// How many streams the shared history holds, in all and per client.
+    admission: Admission,
 }
 
+/// How many streams the shared history admits, counted in Redis (every
+/// instance enforces the same bound) in two admission sets: every
+/// stream's log, and each client's. A member's place lasts `ttl` (the
+/// history's key time to live), renewed by the stream's appends and reads
+/// at most every fifth of it: a stream whose keys expired unnoticed stops
+/// counting by itself.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Admission {
+    /// Streams in all (`--max-durable-streams`).
+    pub(crate) total: u64,
+    /// Streams one client created (`--max-durable-streams-per-client`).
+    pub(crate) per_client: u64,
+    /// How long a place lasts without a renewal.
+    pub(crate) ttl: Duration,
+}
+
+impl Default for Admission {
+    /// Unbounded (embedders and tests that set none).
+    fn default() -> Self {
+        Self {
+            total: u64::MAX,
+            per_client: u64::MAX,
+            ttl: Duration::from_secs(720),
+        }
+    }
+}
+
+/// The admission set of every stream.
+const ALL_STREAMS: &str = "durable-streams";
+
+/// The admission set of `client`'s streams.
+fn client_set(client: &str) -> String {
+    format!("durable-streams/{client}")
+}
 impl<H: History> SharedStreams<H> {
     pub(crate) fn new(history: Arc<H>, max_payload: usize, timeout: Duration) -> Self {
         Self {
@@ -336,6 +390,83 @@ impl<H: History> SharedStreams<H> {
             max_payload,
             timeout,
             producer_limits: ProducerLimits::default(),
+            admission: Admission::default(),
+        }
+    }
+
+    /// The same streams admitted within `admission`.
+    pub(crate) fn with_admission(mut self, admission: Admission) -> Self {
+        self.admission = admission;
+        self
+    }
+
+    /// How often a stream's places are renewed, at most.
+    fn renew_every_ms(&self) -> u64 {
+        u64::try_from(self.admission.ttl.as_millis() / 5).unwrap_or(u64::MAX)
+    }
+
+    /// Takes the new stream at `path` a place in all and in `client`'s
+    /// set: `Ok(added)`, what this call added (a place the same stream
+    /// already held is not added again, nor given back on failure).
+    async fn admit(&self, path: &str, client: Option<&str>) -> Result<(bool, bool), CreateRefusal> {
+        let member = log_of(path).to_string();
+        let ttl = self.admission.ttl;
+        let down = |error: HistoryError| create_unavailable(&error);
+        let all = match self
+            .history
+            .admit(ALL_STREAMS, &member, self.admission.total, ttl)
+            .await
+            .map_err(down)?
+        {
+            Admitted::Admitted { added } => added,
+            Admitted::Full { .. } => return Err(CreateRefusal::TooManyStreams),
+        };
+        let Some(client) = client else {
+            return Ok((all, false));
+        };
+        match self
+            .history
+            .admit(&client_set(client), &member, self.admission.per_client, ttl)
+            .await
+        {
+            Ok(Admitted::Admitted { added }) => Ok((all, added)),
+            Ok(Admitted::Full { .. }) => {
+                self.give_back(path, None, (all, false)).await;
+                Err(CreateRefusal::TooManyStreamsForClient)
+            }
+            Err(error) => {
+                self.give_back(path, None, (all, false)).await;
+                Err(down(error))
+            }
+        }
+    }
+
+    /// Gives back the places `added` says were taken for `path`.
+    async fn give_back(&self, path: &str, client: Option<&str>, added: (bool, bool)) {
+        let member = log_of(path).to_string();
+        if added.0 {
+            if let Err(error) = self.history.release(ALL_STREAMS, &member).await {
+                tracing::warn!(%error, "giving back a stream's place");
+            }
+        }
+        if let (true, Some(client)) = (added.1, client) {
+            if let Err(error) = self.history.release(&client_set(client), &member).await {
+                tracing::warn!(%error, "giving back a stream's place");
+            }
+        }
+    }
+
+    /// Renews the places of the stream at `path` (created by `client`).
+    async fn renew_places(&self, path: &str, client: Option<&str>) {
+        let member = log_of(path).to_string();
+        let ttl = self.admission.ttl;
+        if let Err(error) = self.history.renew(ALL_STREAMS, &member, ttl).await {
+            tracing::debug!(%error, "renewing a stream's place");
+        }
+        if let Some(client) = client {
+            if let Err(error) = self.history.renew(&client_set(client), &member, ttl).await {
+                tracing::debug!(%error, "renewing a stream's place");
+            }
         }
     }
 
@@ -403,7 +534,8 @@ impl<H: History> SharedStreams<H> {
         if view.soft_deleted() && view.forks() == 0 {
             // Marked deleted, its last fork gone, but its log not deleted
             // (Redis failed between the two steps): finish the removal.
-            self.purge(path, view.settings.forked_from.clone()).await?;
+            self.purge(path, view.settings.forked_from.clone(), view.client())
+                .await?;
             return Ok(None);
         }
         if !view.soft_deleted() && view.expired(now_ms()) {
@@ -419,17 +551,19 @@ impl<H: History> SharedStreams<H> {
     }
 
     /// Restarts a `Stream-TTL` stream's clock (at most once a second).
+    ///
+    /// Any stream's access time is also raised, and its admission places
+    /// renewed, every fifth of their time to live: a stream only read
+    /// keeps its place.
     pub(super) async fn touch(&self, path: &str, view: &View) {
-        if view.settings.ttl_secs.is_none() {
-            return;
-        }
         let now = now_ms();
-        let last = view
-            .meta
-            .get(field::ACCESSED)
-            .and_then(|t| t.parse::<u64>().ok())
-            .unwrap_or(0);
-        if now.saturating_sub(last) < ACCESS_RESOLUTION_MS {
+        let since = now.saturating_sub(view.accessed());
+        let ttl_due = view.settings.ttl_secs.is_some() && since >= ACCESS_RESOLUTION_MS;
+        let renew_due = since >= self.renew_every_ms();
+        if renew_due {
+            self.renew_places(path, view.client()).await;
+        }
+        if !(ttl_due || renew_due) {
             return;
         }
         let update = MetaUpdate {
@@ -480,8 +614,10 @@ impl<H: History> SharedStreams<H> {
         closed: bool,
         body: &[u8],
         publish_key: Option<PublishKey>,
+        client: Option<ClientKey>,
     ) -> Result<SharedCreated, CreateRefusal> {
         let down = |error: HistoryError| create_unavailable(&error);
+        let client = client.map(|client| client.to_string());
         // A stream at the path answers first: an idempotent re-PUT of a
         // fork holds after its source is gone.
         let mut pending = false;
@@ -552,13 +688,24 @@ impl<H: History> SharedStreams<H> {
             });
         }
         let generation = self.generations.next();
-        let meta = new_meta(&settings, publish_key, &numbering, base);
+        let meta = new_meta(&settings, publish_key, &numbering, base, client.as_deref());
         let log = log_of(path);
-        let created = self
-            .history
-            .create(&log, generation, &meta)
-            .await
-            .map_err(down)?;
+        // A new stream takes its places first (a pending one has its
+        // creator's); a log found at the path gives back what this took.
+        let places = match pending {
+            true => (false, false),
+            false => self.admit(path, client.as_deref()).await?,
+        };
+        let created = match self.history.create(&log, generation, &meta).await {
+            Ok(created) => created,
+            Err(error) => {
+                self.give_back(path, client.as_deref(), places).await;
+                return Err(down(error));
+            }
+        };
+        if !created {
+            self.give_back(path, client.as_deref(), places).await;
+        }
         let view = match self.look(path).await.map_err(down)? {
             Some(view) => view,
             // Deleted meanwhile (or a session's log at this id).
@@ -930,6 +1077,9 @@ impl<H: History> SharedStreams<H> {
             let payloads: Vec<Bytes> = payload.into_iter().map(Bytes::from).collect();
             match self.guarded(path, &view, &payloads, guard).await {
                 Ok(Some((epoch, first))) => {
+                    if now.saturating_sub(view.accessed()) >= self.renew_every_ms() {
+                        self.renew_places(path, view.client()).await;
+                    }
                     let count = payloads.len() as u64;
                     // The log's last seq now, at the stream's seqs (a new
                     // epoch starts the stream's own numbering afresh).
@@ -1010,20 +1160,29 @@ impl<H: History> SharedStreams<H> {
         if view.forks() > 0 {
             return Ok(true);
         }
-        self.purge(path, view.settings.forked_from.clone()).await?;
+        self.purge(path, view.settings.forked_from.clone(), view.client())
+            .await?;
         Ok(true)
     }
 
     /// Deletes the log of the stream at `path` (marked deleted, with no
     /// forks), then releases its source, and the source's when that was
     /// its last fork, and so on.
-    async fn purge(&self, path: &str, source: Option<String>) -> Result<(), HistoryError> {
-        let mut next = Some((path.to_owned(), source));
-        while let Some((path, source)) = next.take() {
+    async fn purge(
+        &self,
+        path: &str,
+        source: Option<String>,
+        client: Option<&str>,
+    ) -> Result<(), HistoryError> {
+        let mut next = Some((path.to_owned(), source, client.map(str::to_owned)));
+        while let Some((path, source, client)) = next.take() {
             // Only the deleter that found the log releases its source, and
             // the release removes the fork's claim: two purges of one
             // stream never release it twice.
             let deleted = self.history.delete(&log_of(&path)).await?;
+            if deleted {
+                self.give_back(&path, client.as_deref(), (true, true)).await;
+            }
             let (true, Some(source)) = (deleted, source) else {
                 break;
             };
@@ -1040,7 +1199,7 @@ impl<H: History> SharedStreams<H> {
         &self,
         source: &str,
         fork_path: &str,
-    ) -> Result<Option<(String, Option<String>)>, HistoryError> {
+    ) -> Result<Option<(String, Option<String>, Option<String>)>, HistoryError> {
         let claim = claim_field(fork_path);
         let names = [
             field::FORKS,
@@ -1048,6 +1207,7 @@ impl<H: History> SharedStreams<H> {
             field::FORKED_FROM,
             field::KIND,
             field::CONTENT_TYPE,
+            field::CLIENT,
             claim.as_str(),
         ];
         for _ in 0..DECIDE_TRIES {
@@ -1076,8 +1236,13 @@ impl<H: History> SharedStreams<H> {
                 ..Guard::default()
             };
             if self.guarded(source, &view, &[], guard).await?.is_some() {
-                return Ok((left == 0 && view.soft_deleted())
-                    .then(|| (source.to_owned(), view.settings.forked_from.clone())));
+                return Ok((left == 0 && view.soft_deleted()).then(|| {
+                    (
+                        source.to_owned(),
+                        view.settings.forked_from.clone(),
+                        view.client().map(str::to_owned),
+                    )
+                }));
             }
         }
         Err(HistoryError::Unavailable(
@@ -1123,11 +1288,15 @@ fn new_meta(
     publish_key: Option<PublishKey>,
     numbering: &Numbering,
     base: u64,
+    client: Option<&str>,
 ) -> Meta {
     let mut meta = Meta::new();
     let mut put = |name: &str, value: String| {
         meta.insert(name.to_owned(), value);
     };
+    if let Some(client) = client {
+        put(field::CLIENT, client.to_owned());
+    }
     put(
         field::KIND,
         crate::history::LogKind::Stream.as_str().to_owned(),

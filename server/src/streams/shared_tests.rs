@@ -30,7 +30,7 @@ async fn a_stream_marked_deleted_whose_log_survived_is_finished_off() {
     let history = Arc::new(MemoryHistory::new(64, 1 << 20));
     let shared = SharedStreams::new(Arc::clone(&history), 1 << 20, Duration::from_secs(5));
     let created = shared
-        .create("s", settings(), false, b"one", None)
+        .create("s", settings(), false, b"one", None, None)
         .await
         .expect("create");
     assert!(matches!(created, SharedCreated::New(_)));
@@ -70,7 +70,7 @@ async fn a_stream_marked_deleted_whose_log_survived_is_finished_off() {
         "the log is deleted"
     );
     let again = shared
-        .create("s", settings(), false, b"two", None)
+        .create("s", settings(), false, b"two", None, None)
         .await
         .expect("the path is free again");
     assert!(matches!(again, SharedCreated::New(_)));
@@ -120,11 +120,11 @@ async fn racing_deletes_of_a_fork_release_its_source_once() {
     let (history, shared) = shared(64);
     for round in 0..100 {
         shared
-            .create("source", settings(), false, b"one", None)
+            .create("source", settings(), false, b"one", None, None)
             .await
             .expect("source");
         shared
-            .create("fork", fork_of("source"), false, b"", None)
+            .create("fork", fork_of("source"), false, b"", None, None)
             .await
             .expect("fork");
         let racers: Vec<_> = (0..8)
@@ -177,7 +177,7 @@ async fn a_fork_of_a_trimming_source_copies_exactly_what_it_claims() {
         Duration::from_secs(5),
     ));
     shared
-        .create("source", settings(), false, b"1", None)
+        .create("source", settings(), false, b"1", None, None)
         .await
         .expect("source");
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -195,7 +195,7 @@ async fn a_fork_of_a_trimming_source_copies_exactly_what_it_claims() {
     for round in 0..50 {
         let path = format!("fork-{round}");
         shared
-            .create(&path, fork_of("source"), false, b"", None)
+            .create(&path, fork_of("source"), false, b"", None, None)
             .await
             .expect("fork");
         let snapshot = history
@@ -236,7 +236,7 @@ async fn a_fork_of_a_trimming_source_copies_exactly_what_it_claims() {
 async fn a_half_made_fork_is_completed_with_its_claim_by_a_retry() {
     let (history, shared) = shared(64);
     shared
-        .create("source", settings(), false, b"one", None)
+        .create("source", settings(), false, b"one", None, None)
         .await
         .expect("source");
     // What the first attempt left: the log, pending, no claim.
@@ -254,6 +254,7 @@ async fn a_half_made_fork_is_completed_with_its_claim_by_a_retry() {
             numbering.start_after(),
         ),
         0,
+        None,
     );
     assert!(history
         .create(&log_of("fork"), 7, &pending)
@@ -261,7 +262,7 @@ async fn a_half_made_fork_is_completed_with_its_claim_by_a_retry() {
         .expect("create"));
     for _ in 0..2 {
         let again = shared
-            .create("fork", fork_of("source"), false, b"", None)
+            .create("fork", fork_of("source"), false, b"", None, None)
             .await
             .expect("the retry");
         assert!(matches!(again, SharedCreated::Existing(_)));
@@ -294,11 +295,11 @@ async fn meta_of(history: &MemoryHistory, path: &str) -> crate::history::Meta {
 async fn a_half_made_fork_whose_source_is_gone_is_undone() {
     let (history, shared) = shared(64);
     shared
-        .create("source", settings(), false, b"one", None)
+        .create("source", settings(), false, b"one", None, None)
         .await
         .expect("source");
     shared
-        .create("other", fork_of("source"), false, b"", None)
+        .create("other", fork_of("source"), false, b"", None, None)
         .await
         .expect("another fork");
     let mut fork = fork_of("source");
@@ -314,6 +315,7 @@ async fn a_half_made_fork_whose_source_is_gone_is_undone() {
             source.numbering.start_after(),
         ),
         0,
+        None,
     );
     assert!(history
         .create(&log_of("fork"), 7, &pending)
@@ -322,7 +324,7 @@ async fn a_half_made_fork_whose_source_is_gone_is_undone() {
     // Soft-deleted: the other fork lives.
     assert_eq!(shared.delete("source", |_| Ok(())).await, Ok(Some(true)));
     let refused = shared
-        .create("fork", fork_of("source"), false, b"", None)
+        .create("fork", fork_of("source"), false, b"", None, None)
         .await;
     assert!(
         matches!(refused, Err(CreateRefusal::SourceSoftDeleted)),
@@ -351,7 +353,7 @@ async fn producer_fields_are_capped_and_counted() {
             idle: Duration::from_secs(3600),
         });
     shared
-        .create("s", settings(), false, b"", None)
+        .create("s", settings(), false, b"", None, None)
         .await
         .expect("create");
     for n in 0..100 {
@@ -405,7 +407,7 @@ async fn a_sessions_log_is_not_a_stream() {
     ));
     assert_eq!(shared.delete("x", |_| Ok(())).await, Ok(None));
     assert!(matches!(
-        shared.create("x", settings(), false, b"", None).await,
+        shared.create("x", settings(), false, b"", None, None).await,
         Err(CreateRefusal::Conflict)
     ));
     assert_eq!(
@@ -425,7 +427,7 @@ async fn a_sessions_log_is_not_a_stream() {
 async fn a_removal_decided_before_an_append_is_refused() {
     let (_history, shared) = shared(64);
     shared
-        .create("s", settings(), false, b"one", None)
+        .create("s", settings(), false, b"one", None, None)
         .await
         .expect("create");
     let stale = shared.look("s").await.expect("look").expect("s");
@@ -440,4 +442,70 @@ async fn a_removal_decided_before_an_append_is_refused() {
     }
     assert!(!shared.remove("s", &stale).await.expect("remove"));
     assert!(shared.look("s").await.expect("look").is_some());
+}
+
+/// Admission on the fake: two clients, three streams in all and two per
+/// client; the client's third is `TooManyStreamsForClient`, the total's
+/// fourth `TooManyStreams`, neither creates anything; a delete frees the
+/// places; a place whose time ran out (ttl 0: a stream whose keys expired
+/// unnoticed) counts no more.
+///
+/// Fails when a refused create keeps the places it took, or a purge gives
+/// none back.
+#[tokio::test]
+async fn streams_are_admitted_in_all_and_per_client() {
+    use super::Admission;
+    use crate::client_addr::ClientKey;
+    let history = Arc::new(MemoryHistory::new(64, 1 << 20));
+    let admission = Admission {
+        total: 3,
+        per_client: 2,
+        ttl: Duration::from_secs(3600),
+    };
+    let shared = SharedStreams::new(Arc::clone(&history), 1 << 20, Duration::from_secs(5))
+        .with_admission(admission);
+    let (a, b) = (
+        Some(ClientKey::of("192.0.2.1".parse().expect("an address"))),
+        Some(ClientKey::of("192.0.2.2".parse().expect("an address"))),
+    );
+    let create = |path: &'static str, client| {
+        let shared = &shared;
+        async move {
+            shared
+                .create(path, settings(), false, b"", None, client)
+                .await
+        }
+    };
+    assert!(create("a1", a).await.is_ok());
+    assert!(create("a2", a).await.is_ok());
+    assert!(matches!(
+        create("a3", a).await,
+        Err(CreateRefusal::TooManyStreamsForClient)
+    ));
+    assert!(meta(&history, "a3").await.is_none());
+    assert!(create("b1", b).await.is_ok());
+    assert!(matches!(
+        create("b2", b).await,
+        Err(CreateRefusal::TooManyStreams)
+    ));
+    assert!(matches!(
+        create("a1", a).await,
+        Ok(SharedCreated::Existing(_))
+    ));
+    assert_eq!(shared.delete("a1", |_| Ok(())).await, Ok(Some(true)));
+    assert!(create("b2", b).await.is_ok(), "the delete freed a place");
+    // Places that last no time: nothing counts for long.
+    let fresh = Arc::new(MemoryHistory::new(64, 1 << 20));
+    let fleeting =
+        SharedStreams::new(fresh, 1 << 20, Duration::from_secs(5)).with_admission(Admission {
+            ttl: Duration::ZERO,
+            ..admission
+        });
+    for n in 0..5 {
+        let path = format!("f{n}");
+        fleeting
+            .create(&path, settings(), false, b"", None, a)
+            .await
+            .expect("an expired place frees itself");
+    }
 }

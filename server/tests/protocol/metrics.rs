@@ -161,6 +161,8 @@ async fn every_metric_name_and_label_is_pinned() {
                     "pong_timeout",
                     "panic",
                     "stream_memory_per_client",
+                    "durable_streams",
+                    "durable_streams_per_client",
                 ],
             ),
             (

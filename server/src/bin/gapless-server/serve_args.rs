@@ -62,6 +62,18 @@ pub struct ServeArgs {
     /// Streams may hold together (past it: 429).
     #[arg(long, env = "GAPLESS_STREAM_MEMORY_PER_CLIENT", default_value = "25", value_parser = clap::value_parser!(u8).range(1..=100))]
     stream_memory_per_client: u8,
+    /// With --redis: Durable Streams the shared history holds at most,
+    /// counted in Redis by every instance (past it: 503).
+    #[arg(long, env = "GAPLESS_MAX_DURABLE_STREAMS", default_value = "1000000")]
+    max_durable_streams: usize,
+    /// With --redis: live Durable Streams one client may have created (past
+    /// it: 429).
+    #[arg(
+        long,
+        env = "GAPLESS_MAX_DURABLE_STREAMS_PER_CLIENT",
+        default_value = "100000"
+    )]
+    max_durable_streams_per_client: usize,
     /// Idempotent producers a Durable Stream keeps at most; a new one past
     /// them evicts the one idle longest.
     #[arg(long, env = "GAPLESS_MAX_PRODUCERS_PER_STREAM", default_value = "1024")]
@@ -200,6 +212,8 @@ impl ServeArgs {
             memory_budget: self.memory_budget,
             idle_timeout: self.idle_timeout,
             stream_memory_per_client: self.stream_memory_per_client,
+            max_durable_streams: self.max_durable_streams,
+            max_durable_streams_per_client: self.max_durable_streams_per_client,
             max_producers_per_stream: self.max_producers_per_stream,
             producer_idle_timeout: self.producer_idle_timeout,
             shutdown_grace: self.shutdown_grace,

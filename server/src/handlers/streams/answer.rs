@@ -383,6 +383,19 @@ pub(crate) fn create_refused(refused: &CreateRefusal) -> Response<Body> {
         ),
         CreateRefusal::Unavailable => unavailable(),
         CreateRefusal::StorageFull => storage_full(),
+        CreateRefusal::TooManyStreams => refusal(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too_many_streams",
+            "the shared history holds as many streams as it may (--max-durable-streams)",
+            &[("retry-after", "5".to_owned())],
+        ),
+        CreateRefusal::TooManyStreamsForClient => refusal(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_streams_per_client",
+            "this client created as many live streams as one client may \
+             (--max-durable-streams-per-client)",
+            &[("retry-after", "5".to_owned())],
+        ),
         CreateRefusal::Internal(what) => {
             tracing::error!(%what, "creating a stream");
             refusal(

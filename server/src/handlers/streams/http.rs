@@ -153,7 +153,10 @@ async fn create(state: &Arc<ServerState>, path: String, request: Request) -> Res
             },
             false => None,
         };
-        return match shared.create(&path, settings, closed, &body, key).await {
+        let created = shared
+            .create(&path, settings, closed, &body, key, client)
+            .await;
+        return match created {
             Ok(SharedCreated::New(view)) => created_response(
                 StatusCode::CREATED,
                 &view.settings.content_type,
@@ -170,7 +173,18 @@ async fn create(state: &Arc<ServerState>, path: String, request: Request) -> Res
                 None,
                 None,
             ),
-            Err(refused) => answer::create_refused(&refused),
+            Err(refused) => {
+                match refused {
+                    CreateRefusal::TooManyStreams => {
+                        state.metrics.tripped(crate::metrics::Limit::DurableStreams)
+                    }
+                    CreateRefusal::TooManyStreamsForClient => state
+                        .metrics
+                        .tripped(crate::metrics::Limit::DurableStreamsPerClient),
+                    _ => {}
+                }
+                answer::create_refused(&refused)
+            }
         };
     }
     let created = state.streams.create(CreateRequest {
