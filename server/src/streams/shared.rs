@@ -27,7 +27,6 @@ use super::registry::{initial_payload, CreateRefusal};
 use super::rules::{
     decide, AppendRefusal, AppendRequest, Appended, Decision, Producer, WriterState,
 };
-use super::shared_feed::SharedFeed;
 use super::stream::{media_type, sub_offset_prefix, ProducerLimits, Settings};
 use crate::client_addr::ClientKey;
 use crate::history::{
@@ -1250,14 +1249,9 @@ impl<H: History> SharedStreams<H> {
         ))
     }
 
-    /// A feed of the stream at `path`, following its log.
-    pub(crate) fn feed(self: &Arc<Self>, path: &str) -> SharedFeed<H> {
-        SharedFeed {
-            shared: Arc::clone(self),
-            path: path.to_owned(),
-            follower: self.history.follow(&log_of(path)),
-            epoch: None,
-        }
+    /// A follower of the appends to the stream at `path`'s log.
+    pub(super) fn follow(&self, path: &str) -> H::Follower {
+        self.history.follow(&log_of(path))
     }
 }
 

@@ -16,15 +16,25 @@ const FOLLOW_POLL: Duration = Duration::from_secs(1);
 /// A live reader of a stream in the shared history: it reads the log, and
 /// waits for the log's announcements (or [`FOLLOW_POLL`]).
 pub(crate) struct SharedFeed<H: History> {
-    pub(super) shared: Arc<SharedStreams<H>>,
-    pub(super) path: String,
-    pub(super) follower: H::Follower,
+    shared: Arc<SharedStreams<H>>,
+    path: String,
+    follower: H::Follower,
     /// The log's epoch when the read started: a read that finds another
     /// ends (its cursor numbers the old epoch's messages).
-    pub(super) epoch: Option<u64>,
+    epoch: Option<u64>,
 }
 
 impl<H: History> SharedFeed<H> {
+    /// A feed of the stream at `path` of `shared`, following its log.
+    pub(crate) fn new(shared: &Arc<SharedStreams<H>>, path: &str) -> Self {
+        Self {
+            shared: Arc::clone(shared),
+            path: path.to_owned(),
+            follower: shared.follow(path),
+            epoch: None,
+        }
+    }
+
     fn ended(error: HistoryError) -> FeedEnd {
         match error {
             HistoryError::Gone => FeedEnd::Gone,

@@ -612,7 +612,8 @@ async fn read(state: &Arc<ServerState>, path: &str, request: Request) -> Respons
         Err(refused) => return refused,
     };
     if let Some(shared) = state.shared_streams.get() {
-        return live::read(state, shared.feed(path), query, request.headers()).await;
+        let feed = crate::streams::shared_feed::SharedFeed::new(shared, path);
+        return live::read(state, feed, query, request.headers()).await;
     }
     let Some(stream) = state.streams.get(path) else {
         return answer::not_found();
