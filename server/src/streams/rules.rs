@@ -74,6 +74,14 @@ pub(crate) enum AppendRefusal {
     Unavailable,
     /// The shared history is at its memory limit (`507`).
     StorageFull,
+    /// The stream was deleted while forks of it live (`410`).
+    SoftDeleted,
+    /// The write does not present the stream's publish key (`401`).
+    Unauthorized,
+    /// An append with a body but no `Content-Type` (`400`).
+    NoContentType,
+    /// An append whose `Content-Type` is not the stream's (`409`).
+    ContentTypeMismatch,
 }
 
 /// The state an append is decided on.

@@ -229,6 +229,15 @@ pub(crate) fn gap(offset: Offset, earliest: Offset, evicted: u64) -> Response<Bo
 /// The answer to an append that stored nothing.
 pub(crate) fn append_refused(refused: &AppendRefusal) -> Response<Body> {
     match refused {
+        AppendRefusal::SoftDeleted => soft_deleted(),
+        AppendRefusal::Unauthorized => unauthorized(),
+        AppendRefusal::NoContentType => bad_request("an append needs a Content-Type"),
+        AppendRefusal::ContentTypeMismatch => refusal(
+            StatusCode::CONFLICT,
+            "content_type_mismatch",
+            "the append's Content-Type is not the stream's",
+            &[],
+        ),
         AppendRefusal::Closed { tail } => refusal(
             StatusCode::CONFLICT,
             "stream_closed",

@@ -107,20 +107,15 @@ fn content_type_matches(
     body_empty: bool,
     content_type: Option<&str>,
     stream_type: &str,
-) -> Result<(), Response<Body>> {
+) -> Result<(), AppendRefusal> {
     if body_empty {
         return Ok(());
     }
     let Some(content_type) = content_type else {
-        return Err(answer::bad_request("an append needs a Content-Type"));
+        return Err(AppendRefusal::NoContentType);
     };
     if media_type(content_type) != media_type(stream_type) {
-        return Err(answer::refusal(
-            StatusCode::CONFLICT,
-            "content_type_mismatch",
-            "the append's Content-Type is not the stream's",
-            &[],
-        ));
+        return Err(AppendRefusal::ContentTypeMismatch);
     }
     Ok(())
 }
@@ -382,52 +377,36 @@ async fn append(state: &Arc<ServerState>, path: &str, request: Request) -> Respo
     };
     let appended = match (local, state.shared_streams.get()) {
         (Some(stream), _) => {
-            if let Err(refused) = content_type_matches(
+            match content_type_matches(
                 body.is_empty(),
                 content_type.as_deref(),
                 &stream.settings.content_type,
             ) {
-                return refused;
+                Ok(()) => {
+                    let appended = stream.append(&body, &request, state.streams.budget());
+                    state.streams.touch(&stream);
+                    appended
+                }
+                Err(refused) => Err(refused),
             }
-            let appended = stream.append(&body, &request, state.streams.budget());
-            state.streams.touch(&stream);
-            appended
         }
         (None, Some(shared)) => {
             // The checks that need the stream run on the meta the append
-            // decides on; their answers are kept here.
-            let early = std::sync::Mutex::new(None);
+            // decides on, and refuse with their own typed answers.
             let check = |view: &View| {
-                let refused = if view.soft_deleted() {
-                    Some(answer::soft_deleted())
-                } else if !authorized(state, view.publish_key().as_ref(), &headers) {
-                    Some(answer::unauthorized())
-                } else {
-                    content_type_matches(
-                        body.is_empty(),
-                        content_type.as_deref(),
-                        &view.settings.content_type,
-                    )
-                    .err()
-                };
-                match refused {
-                    Some(response) => {
-                        *early
-                            .lock()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(response);
-                        Err(AppendRefusal::Gone)
-                    }
-                    None => Ok(()),
+                if view.soft_deleted() {
+                    return Err(AppendRefusal::SoftDeleted);
                 }
+                if !authorized(state, view.publish_key().as_ref(), &headers) {
+                    return Err(AppendRefusal::Unauthorized);
+                }
+                content_type_matches(
+                    body.is_empty(),
+                    content_type.as_deref(),
+                    &view.settings.content_type,
+                )
             };
-            let appended = shared.append(path, &body, &request, check).await;
-            if let Some(response) = early
-                .into_inner()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-            {
-                return response;
-            }
-            appended
+            shared.append(path, &body, &request, check).await
         }
         (None, None) => return answer::not_found(),
     };
@@ -566,24 +545,11 @@ fn head_response(settings: &Settings, tail: Offset, closed: bool) -> Response<Bo
 
 async fn delete(state: &Arc<ServerState>, path: &str, headers: &HeaderMap) -> Response<Body> {
     if let Some(shared) = state.shared_streams.get() {
-        let refused = std::sync::Mutex::new(false);
         let check = |view: &View| match authorized(state, view.publish_key().as_ref(), headers) {
             true => Ok(()),
-            false => {
-                *refused
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
-                Err(AppendRefusal::Gone)
-            }
+            false => Err(AppendRefusal::Unauthorized),
         };
-        let deleted = shared.delete(path, check).await;
-        if refused
-            .into_inner()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-        {
-            return answer::unauthorized();
-        }
-        return match deleted {
+        return match shared.delete(path, check).await {
             Ok(Some(true)) => finish(response(StatusCode::NO_CONTENT), Body::empty()),
             Ok(Some(false)) => answer::soft_deleted(),
             Ok(None) => answer::not_found(),
