@@ -15,6 +15,7 @@
 //! | `shared_feed` | a live reader of a stream in the shared history |
 //! | `registry` | every stream: create, forks, delete, expiry, limits |
 //! | `feed` | what a read pages through and waits on: a local ring or the shared history |
+//! | `writes` | what a create, append or delete goes through: the registry or the shared history |
 //!
 //! The routes are [`crate::handlers::streams`].
 
@@ -27,6 +28,7 @@ pub(crate) mod rules;
 pub(crate) mod shared;
 pub(crate) mod shared_feed;
 pub(crate) mod stream;
+pub(crate) mod writes;
 
 pub(crate) use registry::Streams;
 pub(crate) use shared::SharedStreams;

@@ -15,13 +15,14 @@ use super::query::ReadQuery;
 use super::{limits, live};
 use crate::extract::{read_body, Client, OverLimit, PresentedKey};
 use crate::ids::{may_write, PublishKey};
+use crate::metrics::Limit;
 use crate::state::{AppState, ServerState};
 use crate::streams::feed::LocalFeed;
 use crate::streams::offset::Offset;
-use crate::streams::registry::{CreateRefusal, CreateRequest, Created};
+use crate::streams::registry::{CreateRefusal, CreateRequest};
 use crate::streams::rules::{AppendRefusal, AppendRequest, Appended};
-use crate::streams::shared::{SharedCreated, View};
 use crate::streams::stream::{media_type, Settings};
+use crate::streams::writes::{Found, StreamWrites};
 use axum::body::Body;
 use axum::extract::{FromRequestParts, Path, Request, State};
 use axum::http::{header, HeaderMap, Method, Response, StatusCode};
@@ -39,11 +40,20 @@ pub(crate) async fn stream_route(
         Err(refused) => refused,
         Ok(()) => match method {
             Method::OPTIONS => answer::preflight(),
-            Method::PUT => create(&state, path, request).await,
-            Method::POST => append(&state, &path, request).await,
+            Method::PUT => match state.shared_streams.get() {
+                Some(shared) => create(&state, &**shared, path, request).await,
+                None => create(&state, &*state.streams, path, request).await,
+            },
+            Method::POST => match state.shared_streams.get() {
+                Some(shared) => append(&state, &**shared, &path, request).await,
+                None => append(&state, &*state.streams, &path, request).await,
+            },
             Method::GET => read(&state, &path, request).await,
             Method::HEAD => head(&state, &path).await,
-            Method::DELETE => delete(&state, &path, request.headers()).await,
+            Method::DELETE => match state.shared_streams.get() {
+                Some(shared) => delete(&state, &**shared, &path, request.headers()).await,
+                None => delete(&state, &*state.streams, &path, request.headers()).await,
+            },
             _ => answer::refusal(
                 StatusCode::METHOD_NOT_ALLOWED,
                 "method_not_allowed",
@@ -120,7 +130,12 @@ fn content_type_matches(
     Ok(())
 }
 
-async fn create(state: &Arc<ServerState>, path: String, request: Request) -> Response<Body> {
+async fn create(
+    state: &Arc<ServerState>,
+    writes: &impl StreamWrites,
+    path: String,
+    request: Request,
+) -> Response<Body> {
     let headers = request.headers().clone();
     let uri_path = request.uri().path().to_owned();
     let settings = match settings(&headers) {
@@ -138,83 +153,45 @@ async fn create(state: &Arc<ServerState>, path: String, request: Request) -> Res
         Ok(body) => body,
         Err(refused) => return refused,
     };
-    if let Some(shared) = state.shared_streams.get() {
-        let key = match state.config.publish_keys {
-            true => match PublishKey::random() {
-                Ok(key) => Some(key),
-                Err(error) => {
-                    return answer::create_refused(&CreateRefusal::Internal(error.to_string()))
-                }
+    let created = writes
+        .create(CreateRequest {
+            path,
+            settings,
+            closed,
+            body,
+            client,
+            publish_key: state.config.publish_keys,
+        })
+        .await;
+    match created {
+        Ok(created) => created_response(
+            match created.new {
+                true => StatusCode::CREATED,
+                false => StatusCode::OK,
             },
-            false => None,
-        };
-        let created = shared
-            .create(&path, settings, closed, &body, key, client)
-            .await;
-        return match created {
-            Ok(SharedCreated::New(view)) => created_response(
-                StatusCode::CREATED,
-                &view.settings.content_type,
-                view.tail(),
-                view.closed(),
-                Some(&location(&headers, &uri_path)),
-                view.publish_key().as_ref(),
-            ),
-            Ok(SharedCreated::Existing(view)) => created_response(
-                StatusCode::OK,
-                &view.settings.content_type,
-                view.tail(),
-                view.closed(),
-                None,
-                None,
-            ),
-            Err(refused) => {
-                match refused {
-                    CreateRefusal::TooManyStreams => {
-                        state.metrics.tripped(crate::metrics::Limit::DurableStreams)
-                    }
-                    CreateRefusal::TooManyStreamsForClient => state
-                        .metrics
-                        .tripped(crate::metrics::Limit::DurableStreamsPerClient),
-                    _ => {}
-                }
-                answer::create_refused(&refused)
-            }
-        };
-    }
-    let created = state.streams.create(CreateRequest {
-        path: path.clone(),
-        settings,
-        closed,
-        body,
-        client,
-        publish_key: state.config.publish_keys,
-    });
-    let (stream, status) = match created {
-        Ok(Created::New(stream)) => (stream, StatusCode::CREATED),
-        Ok(Created::Existing(stream)) => (stream, StatusCode::OK),
+            &created.content_type,
+            created.tail,
+            created.closed,
+            created
+                .new
+                .then(|| location(&headers, &uri_path))
+                .as_deref(),
+            created.publish_key.as_ref(),
+        ),
         Err(refused) => {
-            match refused {
-                CreateRefusal::MemoryBudget => {
-                    state.metrics.tripped(crate::metrics::Limit::MemoryBudget)
-                }
-                CreateRefusal::ClientShare => state
-                    .metrics
-                    .tripped(crate::metrics::Limit::StreamMemoryPerClient),
-                _ => {}
+            let tripped = match refused {
+                CreateRefusal::MemoryBudget => Some(Limit::MemoryBudget),
+                CreateRefusal::ClientShare => Some(Limit::StreamMemoryPerClient),
+                CreateRefusal::TooManyStreams => Some(Limit::DurableStreams),
+                CreateRefusal::TooManyStreamsForClient => Some(Limit::DurableStreamsPerClient),
+                _ => None,
+            };
+            if let Some(limit) = tripped {
+                state.metrics.tripped(limit);
             }
-            return answer::create_refused(&refused);
+            answer::create_refused(&refused)
         }
-    };
-    let new = status == StatusCode::CREATED;
-    created_response(
-        status,
-        &stream.settings.content_type,
-        stream.tail_offset(),
-        stream.is_closed(),
-        new.then(|| location(&headers, &uri_path)).as_deref(),
-        stream.publish_key.as_ref().filter(|_| new),
-    )
+    }
 }
 
 /// The answer to a create: `201` with the new stream's `Location` (and
@@ -333,7 +310,12 @@ fn fork_source(value: &str) -> String {
         .to_owned()
 }
 
-async fn append(state: &Arc<ServerState>, path: &str, request: Request) -> Response<Body> {
+async fn append(
+    state: &Arc<ServerState>,
+    writes: &impl StreamWrites,
+    path: &str,
+    request: Request,
+) -> Response<Body> {
     let headers = request.headers().clone();
     let close = matches!(text(&headers, CLOSED), Ok(Some(v)) if v.eq_ignore_ascii_case("true"));
     let producer = match producer(&headers) {
@@ -348,21 +330,6 @@ async fn append(state: &Arc<ServerState>, path: &str, request: Request) -> Respo
         Ok(value) => value.map(str::to_owned),
         Err(refused) => return refused,
     };
-    let local = match state.shared_streams.get() {
-        Some(_) => None,
-        None => {
-            let Some(stream) = state.streams.get(path) else {
-                return answer::not_found();
-            };
-            if stream.soft_deleted.load(Ordering::Acquire) {
-                return answer::soft_deleted();
-            }
-            if !authorized(state, stream.publish_key.as_ref(), &headers) {
-                return answer::unauthorized();
-            }
-            Some(stream)
-        }
-    };
     let body = match body(state, request).await {
         Ok(body) => body,
         Err(refused) => return refused,
@@ -375,41 +342,18 @@ async fn append(state: &Arc<ServerState>, path: &str, request: Request) -> Respo
         producer: producer.as_ref().map(|(id, e, s)| (id.as_str(), *e, *s)),
         close,
     };
-    let appended = match (local, state.shared_streams.get()) {
-        (Some(stream), _) => {
-            match content_type_matches(
-                body.is_empty(),
-                content_type.as_deref(),
-                &stream.settings.content_type,
-            ) {
-                Ok(()) => {
-                    let appended = stream.append(&body, &request, state.streams.budget());
-                    state.streams.touch(&stream);
-                    appended
-                }
-                Err(refused) => Err(refused),
-            }
+    // Checked on the stream the append decides on (over Redis, the meta
+    // it decides on), each refusal typed.
+    let check = |found: &Found<'_>| {
+        if found.soft_deleted {
+            return Err(AppendRefusal::SoftDeleted);
         }
-        (None, Some(shared)) => {
-            // The checks that need the stream run on the meta the append
-            // decides on, and refuse with their own typed answers.
-            let check = |view: &View| {
-                if view.soft_deleted() {
-                    return Err(AppendRefusal::SoftDeleted);
-                }
-                if !authorized(state, view.publish_key().as_ref(), &headers) {
-                    return Err(AppendRefusal::Unauthorized);
-                }
-                content_type_matches(
-                    body.is_empty(),
-                    content_type.as_deref(),
-                    &view.settings.content_type,
-                )
-            };
-            shared.append(path, &body, &request, check).await
+        if !authorized(state, found.publish_key.as_ref(), &headers) {
+            return Err(AppendRefusal::Unauthorized);
         }
-        (None, None) => return answer::not_found(),
+        content_type_matches(body.is_empty(), content_type.as_deref(), found.content_type)
     };
+    let appended = writes.append(path, &body, &request, check).await;
     appended_response(appended, producer.as_ref(), body.is_empty(), state)
 }
 
@@ -543,32 +487,21 @@ fn head_response(settings: &Settings, tail: Offset, closed: bool) -> Response<Bo
     finish(builder, Body::empty())
 }
 
-async fn delete(state: &Arc<ServerState>, path: &str, headers: &HeaderMap) -> Response<Body> {
-    if let Some(shared) = state.shared_streams.get() {
-        let check = |view: &View| match authorized(state, view.publish_key().as_ref(), headers) {
-            true => Ok(()),
-            false => Err(AppendRefusal::Unauthorized),
-        };
-        return match shared.delete(path, check).await {
-            Ok(Some(true)) => finish(response(StatusCode::NO_CONTENT), Body::empty()),
-            Ok(Some(false)) => answer::soft_deleted(),
-            Ok(None) => answer::not_found(),
-            Err(refused) => answer::append_refused(&refused),
-        };
-    }
-    let Some(stream) = state.streams.get(path) else {
-        return answer::not_found();
+async fn delete(
+    state: &Arc<ServerState>,
+    writes: &impl StreamWrites,
+    path: &str,
+    headers: &HeaderMap,
+) -> Response<Body> {
+    let check = |found: &Found<'_>| match authorized(state, found.publish_key.as_ref(), headers) {
+        true => Ok(()),
+        false => Err(AppendRefusal::Unauthorized),
     };
-    if stream.soft_deleted.load(Ordering::Acquire) {
-        return answer::soft_deleted();
-    }
-    if !authorized(state, stream.publish_key.as_ref(), headers) {
-        return answer::unauthorized();
-    }
-    match state.streams.delete(path) {
-        Some(true) => finish(response(StatusCode::NO_CONTENT), Body::empty()),
-        Some(false) => answer::soft_deleted(),
-        None => answer::not_found(),
+    match writes.delete(path, check).await {
+        Ok(Some(true)) => finish(response(StatusCode::NO_CONTENT), Body::empty()),
+        Ok(Some(false)) => answer::soft_deleted(),
+        Ok(None) => answer::not_found(),
+        Err(refused) => answer::append_refused(&refused),
     }
 }
 
