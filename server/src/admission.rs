@@ -105,71 +105,40 @@ impl std::fmt::Debug for ReleaseHook {
     }
 }
 
-/// How many slots each client holds, at most `limit` each. Only clients
-/// holding a slot have an entry, so the table is bounded by the slots the
-/// global limit allows.
+/// How many slots each client holds, at most `limit` each: a
+/// [`ClientShares`] table counted in slots of one. Only clients holding a
+/// slot have an entry, so the table is bounded by the slots the global
+/// limit allows.
 #[derive(Debug)]
 pub(crate) struct PerClient {
-    limit: usize,
-    held: Mutex<HashMap<ClientKey, usize>>,
+    slots: Arc<ClientShares>,
 }
 
 impl PerClient {
     pub(crate) fn new(limit: usize) -> Arc<Self> {
         Arc::new(Self {
-            limit,
-            held: Mutex::new(HashMap::new()),
+            slots: ClientShares::new(limit as u64),
         })
     }
 
     /// A slot for `client`, or `None` if it holds `limit` already.
     pub(crate) fn take(self: &Arc<Self>, client: ClientKey) -> Option<ClientSlot> {
-        // The map is only counted, never left half-updated: a panic while
-        // holding the lock cannot leave it inconsistent.
-        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        let count = held.entry(client).or_insert(0);
-        if *count >= self.limit {
-            if *count == 0 {
-                held.remove(&client);
-            }
-            return None;
-        }
-        *count += 1;
-        Some(ClientSlot {
-            table: Arc::clone(self),
-            client,
-        })
+        self.slots
+            .take(client, 1)
+            .map(|share| ClientSlot { _share: share })
     }
 
     /// Slots `client` holds now.
     #[cfg(test)]
     pub(crate) fn held_by(&self, client: ClientKey) -> usize {
-        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        held.get(&client).copied().unwrap_or(0)
+        self.slots.held_by(client) as usize
     }
 }
 
 /// One client's slot, given back on drop.
 #[derive(Debug)]
 pub(crate) struct ClientSlot {
-    table: Arc<PerClient>,
-    client: ClientKey,
-}
-
-impl Drop for ClientSlot {
-    fn drop(&mut self) {
-        let mut held = self
-            .table
-            .held
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = held.get_mut(&self.client) {
-            *count -= 1;
-            if *count == 0 {
-                held.remove(&self.client);
-            }
-        }
-    }
+    _share: ClientShare,
 }
 
 /// What each client's Durable Streams hold of the memory budget, at most
@@ -273,7 +242,7 @@ mod tests {
         assert!(table.take(one).is_some(), "a slot given back is free again");
         drop(other);
         assert_eq!(table.held_by(two), 0);
-        assert!(!table.held.lock().unwrap().contains_key(&two));
+        assert!(!table.slots.held.lock().unwrap().contains_key(&two));
     }
 
     #[test]
