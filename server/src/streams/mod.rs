@@ -10,8 +10,11 @@
 //! | `numbering` | a stream's offsets: lineage, generations, positions, the `410` figures |
 //! | `json_mode` | validating, flattening and framing JSON messages |
 //! | `rules` | what decides an append: closure, `Stream-Seq`, idempotent producers |
+//! | `charge` | a stream's charge: the memory budget and its client's share, together |
 //! | `stream` | one stream: settings, ring, producers, closure |
 //! | `shared` | streams in the shared history (`--redis`): any instance serves any stream |
+//! | `shared_create` | creating a stream there: pending log, a fork's claim and copy, completion or undo |
+//! | `shared_admission` | how many streams the shared history admits, in all and per client |
 //! | `shared_feed` | a live reader of a stream in the shared history |
 //! | `registry` | every stream: create, forks, delete, expiry, limits |
 //! | `feed` | what a read pages through and waits on: a local ring or the shared history |
@@ -19,6 +22,7 @@
 //!
 //! The routes are [`crate::handlers::streams`].
 
+pub(crate) mod charge;
 pub(crate) mod feed;
 pub(crate) mod json_mode;
 pub(crate) mod numbering;
@@ -26,6 +30,8 @@ pub(crate) mod offset;
 pub(crate) mod registry;
 pub(crate) mod rules;
 pub(crate) mod shared;
+pub(crate) mod shared_admission;
+pub(crate) mod shared_create;
 pub(crate) mod shared_feed;
 pub(crate) mod stream;
 pub(crate) mod writes;

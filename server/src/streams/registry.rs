@@ -3,11 +3,10 @@
 //! sweep of expired and idle streams, and what streams hold against the
 //! server's limits.
 
+use super::charge::ClientCharge;
 use super::numbering::{Numbering, ReadRefusal};
 use super::offset::Generations;
-use super::stream::{
-    ClientCharge, Ended, ForkPoint, MakeError, NewStream, ProducerLimits, Settings, Stream,
-};
+use super::stream::{Ended, ForkPoint, MakeError, NewStream, ProducerLimits, Settings, Stream};
 use crate::admission::{Bounded, ClientShares};
 use crate::client_addr::ClientKey;
 use gapless::Config;
@@ -243,11 +242,16 @@ impl Streams {
             fork = Some(point);
         }
         settings.default_content_type();
-        // The initial body's copy is counted while the stream is built.
-        let _transient = self
-            .memory
-            .take(request.body.len() as u64)
-            .ok_or(CreateRefusal::MemoryBudget)?;
+        // A JSON initial body's minified copy is counted while the stream
+        // is built.
+        let _transient = match settings.json() && !request.body.is_empty() {
+            true => Some(
+                self.memory
+                    .take(request.body.len() as u64)
+                    .ok_or(CreateRefusal::MemoryBudget)?,
+            ),
+            false => None,
+        };
         let initial = initial_payload(settings.json(), &request.body)?;
         let publish_key = match request.publish_key {
             true => Some(

@@ -19,19 +19,16 @@
 //! copies what it inherits into its own log in the same step that creates
 //! it (`init`): the log's seq `h` is the stream's seq `h + base`.
 
-use super::feed::PAGE_BYTES;
 use super::json_mode;
 use super::numbering::Numbering;
 use super::offset::{Generations, Offset};
-use super::registry::{initial_payload, CreateRefusal};
+use super::registry::CreateRefusal;
 use super::rules::{
     decide, AppendRefusal, AppendRequest, Appended, Decision, Producer, WriterState,
 };
-use super::stream::{media_type, sub_offset_prefix, ProducerLimits, Settings};
-use crate::client_addr::ClientKey;
+use super::stream::{media_type, ProducerLimits, Settings};
 use crate::history::{
-    Admission as Admitted, Guard, History, HistoryError, Known, LogId, LogKind, Meta, MetaUpdate,
-    Snapshot,
+    Guard, History, HistoryError, Known, LogId, LogKind, Meta, MetaUpdate, Snapshot,
 };
 use crate::ids::PublishKey;
 use bytes::Bytes;
@@ -41,49 +38,49 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 
 /// Meta fields (the history keeps each as `c:<name>`).
-mod field {
-    pub(super) const CONTENT_TYPE: &str = "ct";
-    pub(super) const TTL: &str = "ttl";
-    pub(super) const EXPIRES_AT: &str = "exp";
-    pub(super) const FORKED_FROM: &str = "fork";
-    pub(super) const FORK_OFFSET: &str = "fork_off";
-    pub(super) const FORK_SUB_OFFSET: &str = "fork_sub";
-    pub(super) const PUBLISH_KEY: &str = "pk";
+pub(super) mod field {
+    pub(crate) const CONTENT_TYPE: &str = "ct";
+    pub(crate) const TTL: &str = "ttl";
+    pub(crate) const EXPIRES_AT: &str = "exp";
+    pub(crate) const FORKED_FROM: &str = "fork";
+    pub(crate) const FORK_OFFSET: &str = "fork_off";
+    pub(crate) const FORK_SUB_OFFSET: &str = "fork_sub";
+    pub(crate) const PUBLISH_KEY: &str = "pk";
     /// `pending` until the create's first batch (initial body, a fork's
     /// inheritance) is in, then `done`.
-    pub(super) const INIT: &str = "init";
-    pub(super) const CLOSED: &str = "closed";
-    pub(super) const CLOSED_BY: &str = "closed_by";
-    pub(super) const STREAM_SEQ: &str = "sseq";
+    pub(crate) const INIT: &str = "init";
+    pub(crate) const CLOSED: &str = "closed";
+    pub(crate) const CLOSED_BY: &str = "closed_by";
+    pub(crate) const STREAM_SEQ: &str = "sseq";
     /// Live forks of the stream.
-    pub(super) const FORKS: &str = "forks";
+    pub(crate) const FORKS: &str = "forks";
     /// Deleted while forks live (`1`).
-    pub(super) const DELETED: &str = "deleted";
+    pub(crate) const DELETED: &str = "deleted";
     /// The last access, in ms since the Unix epoch (for `Stream-TTL`).
-    pub(super) const ACCESSED: &str = "atime";
+    pub(crate) const ACCESSED: &str = "atime";
     /// Per epoch: the lineage, the log's base, the stream's start.
-    pub(super) const LINEAGE: &str = "epoch/lineage";
-    pub(super) const BASE: &str = "epoch/base";
-    pub(super) const START: &str = "epoch/start";
+    pub(crate) const LINEAGE: &str = "epoch/lineage";
+    pub(crate) const BASE: &str = "epoch/base";
+    pub(crate) const START: &str = "epoch/start";
     /// An idempotent producer's state: `p/<id>`, as `<epoch> <last seq>
     /// <ms of its last append>`.
-    pub(super) const PRODUCER: &str = "p/";
+    pub(crate) const PRODUCER: &str = "p/";
     /// How many `p/<id>` fields the meta holds.
-    pub(super) const PRODUCERS: &str = "producers";
+    pub(crate) const PRODUCERS: &str = "producers";
     /// A fork's claim on its source, in the source's meta: `f/<the fork's
     /// log>`. Counted in `forks` once however often the fork's create is
     /// retried, and released (removed, `forks` lowered) once however many
     /// removals of the fork race.
-    pub(super) const FORK_CLAIM: &str = "f/";
+    pub(crate) const FORK_CLAIM: &str = "f/";
     /// What the log holds: `stream` (see `crate::history::LogKind`).
-    pub(super) const KIND: &str = crate::history::LogKind::FIELD;
+    pub(crate) const KIND: &str = crate::history::LogKind::FIELD;
     /// The creating client (its address), whose admission set counts it.
-    pub(super) const CLIENT: &str = "client";
+    pub(crate) const CLIENT: &str = "client";
 
     /// The fields every look and read asks for (a producer's or a claim's
     /// field is named on top by the operation that needs it): never the
     /// whole meta, whose producer fields may be many.
-    pub(super) const VIEW: [&str; 20] = [
+    pub(crate) const VIEW: [&str; 20] = [
         CONTENT_TYPE,
         TTL,
         EXPIRES_AT,
@@ -108,7 +105,7 @@ mod field {
 }
 
 /// The field of a fork's claim on its source.
-fn claim_field(fork_path: &str) -> String {
+pub(super) fn claim_field(fork_path: &str) -> String {
     format!("{}{}", field::FORK_CLAIM, log_of(fork_path))
 }
 
@@ -139,7 +136,7 @@ pub(crate) fn is_full(error: &HistoryError) -> bool {
 }
 
 /// Decisions retried at most on a meta that keeps changing under them.
-const DECIDE_TRIES: usize = 32;
+pub(super) const DECIDE_TRIES: usize = 32;
 /// `Stream-TTL` access times are written at most this often.
 const ACCESS_RESOLUTION_MS: u64 = 1000;
 
@@ -154,7 +151,7 @@ pub(crate) fn log_of(path: &str) -> LogId {
     LogId::from_bytes(bytes)
 }
 
-fn now_ms() -> u64 {
+pub(super) fn now_ms() -> u64 {
     u64::try_from(
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -172,7 +169,7 @@ fn unavailable(error: &HistoryError) -> AppendRefusal {
     }
 }
 
-fn create_unavailable(error: &HistoryError) -> CreateRefusal {
+pub(super) fn create_unavailable(error: &HistoryError) -> CreateRefusal {
     tracing::warn!(%error, "shared history (durable streams create)");
     match is_full(error) {
         true => CreateRefusal::StorageFull,
@@ -185,21 +182,21 @@ pub(crate) struct View {
     /// The log's epoch: the stream's own generation.
     pub(super) epoch: u64,
     /// The log's last seq.
-    log_published: u64,
+    pub(super) log_published: u64,
     /// The stream's seq of the log's seq 0.
-    base: u64,
+    pub(super) base: u64,
     /// The stream's seqs `first_retained ..= published` are retained.
     pub(super) first_retained: u64,
     pub(super) published: u64,
     pub(crate) settings: Settings,
     pub(crate) numbering: Numbering,
-    meta: Meta,
+    pub(super) meta: Meta,
     /// Events read with it, at the stream's seqs.
     pub(super) events: Vec<(u64, Bytes)>,
 }
 
 impl View {
-    fn of(snapshot: Snapshot) -> Result<Self, HistoryError> {
+    pub(super) fn of(snapshot: Snapshot) -> Result<Self, HistoryError> {
         let meta = snapshot.meta;
         let number = |name: &str| -> Result<u64, HistoryError> {
             meta.get(name).map_or(Ok(0), |text| {
@@ -244,7 +241,7 @@ impl View {
         })
     }
 
-    fn flag(&self, name: &str) -> bool {
+    pub(super) fn flag(&self, name: &str) -> bool {
         self.meta.get(name).is_some_and(|v| v == "1")
     }
 
@@ -256,7 +253,7 @@ impl View {
         self.flag(field::DELETED)
     }
 
-    fn forks(&self) -> u64 {
+    pub(super) fn forks(&self) -> u64 {
         self.meta
             .get(field::FORKS)
             .and_then(|t| t.parse().ok())
@@ -264,7 +261,7 @@ impl View {
     }
 
     /// The last access the meta holds (ms since the Unix epoch).
-    fn accessed(&self) -> u64 {
+    pub(super) fn accessed(&self) -> u64 {
         self.meta
             .get(field::ACCESSED)
             .and_then(|t| t.parse().ok())
@@ -272,18 +269,18 @@ impl View {
     }
 
     /// The creating client, whose admission set counts the stream.
-    fn client(&self) -> Option<&str> {
+    pub(super) fn client(&self) -> Option<&str> {
         self.meta.get(field::CLIENT).map(String::as_str)
     }
 
-    fn producers(&self) -> u64 {
+    pub(super) fn producers(&self) -> u64 {
         self.meta
             .get(field::PRODUCERS)
             .and_then(|t| t.parse().ok())
             .unwrap_or(0)
     }
 
-    fn initialised(&self) -> bool {
+    pub(super) fn initialised(&self) -> bool {
         self.meta.get(field::INIT).is_none_or(|v| v == "done")
     }
 
@@ -304,7 +301,7 @@ impl View {
 
     /// Whether `Stream-TTL` or `Stream-Expires-At` has passed (the one
     /// rule of [`Settings::expired`], on the last access the meta holds).
-    fn expired(&self, now_ms: u64) -> bool {
+    pub(super) fn expired(&self, now_ms: u64) -> bool {
         let idle_ms = match self.meta.get(field::ACCESSED) {
             Some(accessed) => accessed
                 .parse::<u64>()
@@ -314,7 +311,7 @@ impl View {
         self.settings.expired(idle_ms, SystemTime::now())
     }
 
-    fn known(&self) -> Known {
+    pub(super) fn known(&self) -> Known {
         Known {
             epoch: self.epoch,
             published: self.log_published,
@@ -323,7 +320,7 @@ impl View {
 }
 
 /// A guard that expects `name` to hold what `view` read of it.
-fn as_read(view: &View, name: &str) -> (String, Option<String>) {
+pub(super) fn as_read(view: &View, name: &str) -> (String, Option<String>) {
     (name.to_owned(), view.meta.get(name).cloned())
 }
 
@@ -335,16 +332,16 @@ pub(crate) enum SharedCreated {
 
 /// What a stream's writes and reads need of the shared history.
 pub(crate) struct SharedStreams<H> {
-    history: Arc<H>,
-    generations: Generations,
+    pub(super) history: Arc<H>,
+    pub(super) generations: Generations,
     /// The largest message a stream takes: the ring's largest payload.
-    max_payload: usize,
+    pub(super) max_payload: usize,
     /// Each history call's deadline.
-    timeout: Duration,
+    pub(super) timeout: Duration,
     /// How many producers a stream keeps, and for how long.
-    producer_limits: ProducerLimits,
+    pub(super) producer_limits: ProducerLimits,
     /// How many streams the shared history holds, in all and per client.
-    admission: Admission,
+    pub(super) admission: Admission,
 }
 
 /// How many streams the shared history admits, counted in Redis (every
@@ -374,13 +371,6 @@ impl Default for Admission {
     }
 }
 
-/// The admission set of every stream.
-const ALL_STREAMS: &str = "durable-streams";
-
-/// The admission set of `client`'s streams.
-fn client_set(client: &str) -> String {
-    format!("durable-streams/{client}")
-}
 impl<H: History> SharedStreams<H> {
     pub(crate) fn new(history: Arc<H>, max_payload: usize, timeout: Duration) -> Self {
         Self {
@@ -399,83 +389,13 @@ impl<H: History> SharedStreams<H> {
         self
     }
 
-    /// How often a stream's places are renewed, at most.
-    fn renew_every_ms(&self) -> u64 {
-        u64::try_from(self.admission.ttl.as_millis() / 5).unwrap_or(u64::MAX)
-    }
-
-    /// Takes the new stream at `path` a place in all and in `client`'s
-    /// set: `Ok(added)`, what this call added (a place the same stream
-    /// already held is not added again, nor given back on failure).
-    async fn admit(&self, path: &str, client: Option<&str>) -> Result<(bool, bool), CreateRefusal> {
-        let member = log_of(path).to_string();
-        let ttl = self.admission.ttl;
-        let down = |error: HistoryError| create_unavailable(&error);
-        let all = match self
-            .history
-            .admit(ALL_STREAMS, &member, self.admission.total, ttl)
-            .await
-            .map_err(down)?
-        {
-            Admitted::Admitted { added } => added,
-            Admitted::Full { .. } => return Err(CreateRefusal::TooManyStreams),
-        };
-        let Some(client) = client else {
-            return Ok((all, false));
-        };
-        match self
-            .history
-            .admit(&client_set(client), &member, self.admission.per_client, ttl)
-            .await
-        {
-            Ok(Admitted::Admitted { added }) => Ok((all, added)),
-            Ok(Admitted::Full { .. }) => {
-                self.give_back(path, None, (all, false)).await;
-                Err(CreateRefusal::TooManyStreamsForClient)
-            }
-            Err(error) => {
-                self.give_back(path, None, (all, false)).await;
-                Err(down(error))
-            }
-        }
-    }
-
-    /// Gives back the places `added` says were taken for `path`.
-    async fn give_back(&self, path: &str, client: Option<&str>, added: (bool, bool)) {
-        let member = log_of(path).to_string();
-        if added.0 {
-            if let Err(error) = self.history.release(ALL_STREAMS, &member).await {
-                tracing::warn!(%error, "giving back a stream's place");
-            }
-        }
-        if let (true, Some(client)) = (added.1, client) {
-            if let Err(error) = self.history.release(&client_set(client), &member).await {
-                tracing::warn!(%error, "giving back a stream's place");
-            }
-        }
-    }
-
-    /// Renews the places of the stream at `path` (created by `client`).
-    async fn renew_places(&self, path: &str, client: Option<&str>) {
-        let member = log_of(path).to_string();
-        let ttl = self.admission.ttl;
-        if let Err(error) = self.history.renew(ALL_STREAMS, &member, ttl).await {
-            tracing::debug!(%error, "renewing a stream's place");
-        }
-        if let Some(client) = client {
-            if let Err(error) = self.history.renew(&client_set(client), &member, ttl).await {
-                tracing::debug!(%error, "renewing a stream's place");
-            }
-        }
-    }
-
     /// The same streams with `limits` on each stream's producers.
     pub(crate) fn with_producer_limits(mut self, limits: ProducerLimits) -> Self {
         self.producer_limits = limits;
         self
     }
 
-    fn deadline(&self) -> Instant {
+    pub(super) fn deadline(&self) -> Instant {
         Instant::now() + self.timeout
     }
 
@@ -494,7 +414,7 @@ impl<H: History> SharedStreams<H> {
     /// [`read`](Self::read), with the fields of [`field::VIEW`] and
     /// `extra` of the meta (never the whole meta). A log that is not a
     /// stream's (a session's: its id is a log id too) is none.
-    async fn read_with(
+    pub(super) async fn read_with(
         &self,
         path: &str,
         after: u64,
@@ -578,7 +498,7 @@ impl<H: History> SharedStreams<H> {
 
     /// An append with `guard` (meta writes only when `payloads` is empty):
     /// `Ok(None)` when the meta changed since `view` was read.
-    async fn guarded(
+    pub(super) async fn guarded(
         &self,
         path: &str,
         view: &View,
@@ -597,334 +517,15 @@ impl<H: History> SharedStreams<H> {
             .await
     }
 
-    /// Creates the stream `settings` describes at `path` (with `body` as
-    /// its first message), or finds the same one.
-    ///
-    /// The log is created `init=pending`; a fork then claims its source
-    /// (once, however often it is retried: [`field::FORK_CLAIM`]); the
-    /// first messages (a fork's inheritance, in pages, then the body) are
-    /// appended and the last page marks it `done`. A create that stops
-    /// half way is completed by a retry with the same settings, or undone:
-    /// a fork whose claim is refused deletes the log it made.
-    pub(crate) async fn create(
-        &self,
-        path: &str,
-        asked: Settings,
-        closed: bool,
-        body: &[u8],
-        publish_key: Option<PublishKey>,
-        client: Option<ClientKey>,
-    ) -> Result<SharedCreated, CreateRefusal> {
-        let down = |error: HistoryError| create_unavailable(&error);
-        let client = client.map(|client| client.to_string());
-        // A stream at the path answers first: an idempotent re-PUT of a
-        // fork holds after its source is gone.
-        let mut pending = false;
-        if let Some(view) = self.look(path).await.map_err(down)? {
-            if let Some(answer) = existing_answer(&view, &asked, closed) {
-                return answer.map(|()| SharedCreated::Existing(view));
-            }
-            pending = true;
-        }
-        let mut settings = asked.clone();
-        let mut numbering = Numbering::default();
-        let mut base = 0;
-        let mut inherited = Vec::new();
-        if let Some(source_path) = asked.forked_from.clone() {
-            let source = match self.look(&source_path).await.map_err(down)? {
-                Some(source) if !source.soft_deleted() => source,
-                found => {
-                    // A half-made fork of a source now gone cannot be
-                    // completed: undone.
-                    if pending {
-                        self.undo(path).await;
-                    }
-                    return Err(match found {
-                        Some(_) => CreateRefusal::SourceSoftDeleted,
-                        None => CreateRefusal::NoSource,
-                    });
-                }
-            };
-            settings
-                .inherit(&source.settings)
-                .map_err(|_| CreateRefusal::ContentTypeMismatch)?;
-            let offset = settings.fork_offset.unwrap_or_else(|| source.tail());
-            let seq = source
-                .numbering
-                .seq_of(offset, source.published)
-                .ok_or(CreateRefusal::BadForkOffset)?;
-            settings.fork_offset = Some(offset);
-            let lineage = source.numbering.fork_lineage(seq);
-            if lineage.len() > Numbering::MAX_LINEAGE {
-                return Err(CreateRefusal::ForkTooDeep);
-            }
-            let first_base = source
-                .first_retained
-                .saturating_sub(1)
-                .max(source.numbering.start_after())
-                .min(seq);
-            let copied = self
-                .inheritance(&source_path, source.epoch, first_base, seq)
-                .await?;
-            base = copied.0;
-            inherited = copied.1;
-            if settings.fork_sub_offset > 0 {
-                let prefix = self
-                    .prefix_after(&source_path, seq, settings.fork_sub_offset, source.json())
-                    .await?;
-                inherited.push(Bytes::from(prefix));
-            }
-            numbering = Numbering::new(lineage, 0, source.numbering.start_after());
-        }
-        settings.default_content_type();
-        let initial = initial_payload(settings.json(), body)?;
-        let mut first = inherited;
-        first.extend(initial.map(Bytes::from));
-        if let Some(large) = first.iter().find(|p| p.len() > self.max_payload) {
-            return Err(CreateRefusal::TooLarge {
-                len: large.len(),
-                max: self.max_payload,
-            });
-        }
-        let generation = self.generations.next();
-        let meta = new_meta(&settings, publish_key, &numbering, base, client.as_deref());
-        let log = log_of(path);
-        // A new stream takes its places first (a pending one has its
-        // creator's); a log found at the path gives back what this took.
-        let places = match pending {
-            true => (false, false),
-            false => self.admit(path, client.as_deref()).await?,
-        };
-        let created = match self.history.create(&log, generation, &meta).await {
-            Ok(created) => created,
-            Err(error) => {
-                self.give_back(path, client.as_deref(), places).await;
-                return Err(down(error));
-            }
-        };
-        if !created {
-            self.give_back(path, client.as_deref(), places).await;
-        }
-        let view = match self.look(path).await.map_err(down)? {
-            Some(view) => view,
-            // Deleted meanwhile (or a session's log at this id).
-            None if created => return Err(CreateRefusal::Unavailable),
-            None => return Err(CreateRefusal::Conflict),
-        };
-        if !created {
-            if let Some(answer) = existing_answer(&view, &asked, closed) {
-                return answer.map(|()| SharedCreated::Existing(view));
-            }
-            // A create that stopped before its first batch, with the same
-            // settings: this one completes it, from the base it recorded.
-            if view.base != base {
-                // The source was trimmed since: what this request copied
-                // is not what the log's offsets claim. Undone; a retry
-                // makes the fork afresh.
-                self.undo(path).await;
-                return Err(CreateRefusal::Unavailable);
-            }
-        }
-        if let Some(source) = &settings.forked_from {
-            if let Err(refused) = self.claim_source(source, path).await {
-                if !matches!(refused, CreateRefusal::Unavailable) {
-                    self.undo(path).await;
-                }
-                return Err(refused);
-            }
-        }
-        self.put_first(path, view, &first, closed).await?;
-        let view = self
-            .look(path)
-            .await
-            .map_err(down)?
-            .ok_or(CreateRefusal::Unavailable)?;
-        Ok(match created {
-            true => SharedCreated::New(view),
-            false => SharedCreated::Existing(view),
-        })
-    }
-
-    /// Appends a new stream's first messages in pages of at most
-    /// [`PAGE_BYTES`] (a fork's copy is never one call of its whole
-    /// inheritance), the last marking it `done` (and closed, if asked).
-    async fn put_first(
-        &self,
-        path: &str,
-        mut view: View,
-        first: &[Bytes],
-        closed: bool,
-    ) -> Result<(), CreateRefusal> {
-        let down = |error: HistoryError| create_unavailable(&error);
-        let mut pages = pages_of(first, PAGE_BYTES).peekable();
-        if pages.peek().is_none() {
-            pages = pages_of(&[], PAGE_BYTES).peekable();
-        }
-        let mut page = pages.next().unwrap_or(&[]);
-        loop {
-            let last = pages.peek().is_none();
-            let mut guard = Guard {
-                expect: vec![
-                    (field::INIT.to_owned(), Some("pending".to_owned())),
-                    // Pages are appended in order by one creator: another
-                    // one's page in between refuses this one's.
-                    (field::BASE.to_owned(), view.meta.get(field::BASE).cloned()),
-                ],
-                ..Guard::default()
-            };
-            if last {
-                guard.set.push((field::INIT.to_owned(), "done".to_owned()));
-                if closed {
-                    guard.set.push((field::CLOSED.to_owned(), "1".to_owned()));
-                }
-            }
-            match self.guarded(path, &view, page, guard).await {
-                Ok(Some(_)) => {}
-                // Completed (or being completed) by a concurrent retry of
-                // the same create: its pages are the same.
-                Ok(None) => return Ok(()),
-                Err(error) => return Err(down(error)),
-            }
-            if last {
-                return Ok(());
-            }
-            page = pages.next().unwrap_or(&[]);
-            view = self
-                .look(path)
-                .await
-                .map_err(down)?
-                .ok_or(CreateRefusal::Unavailable)?;
-        }
-    }
-
-    /// Deletes the log of a create that cannot complete (best effort: a
-    /// log left `pending` answers `503` to appends until its keys expire).
-    async fn undo(&self, path: &str) {
-        if let Err(error) = self.history.delete(&log_of(path)).await {
-            tracing::warn!(%error, "undoing a stream's create");
-        }
-    }
-
-    /// The source's messages after `base` up to `last` (its stream seqs),
-    /// and the base they start after: exactly what the source retains of
-    /// them when read. Should the source be trimmed past the copy while
-    /// it is made, it continues from the source's new first message (the
-    /// base moves up, the messages before it are dropped), so the fork's
-    /// offsets always number the messages it holds.
-    ///
-    /// # Errors
-    /// `503` when the source continued under another epoch meanwhile (its
-    /// seqs name other messages) or is gone.
-    async fn inheritance(
-        &self,
-        path: &str,
-        epoch: u64,
-        mut base: u64,
-        last: u64,
-    ) -> Result<(u64, Vec<Bytes>), CreateRefusal> {
-        let down = |error: HistoryError| create_unavailable(&error);
-        let mut events: Vec<Bytes> = Vec::new();
-        let mut cursor = base;
-        while cursor < last {
-            let view = self
-                .read(path, cursor, PAGE_BYTES)
-                .await
-                .map_err(down)?
-                .ok_or(CreateRefusal::NoSource)?;
-            if view.epoch != epoch {
-                return Err(CreateRefusal::Unavailable);
-            }
-            if view.first_retained > cursor + 1 {
-                // Trimmed past the cursor: start after what is left.
-                let new_base = (view.first_retained - 1).min(last);
-                let dropped = usize::try_from(new_base - base).unwrap_or(usize::MAX);
-                events.drain(..dropped.min(events.len()));
-                base = new_base;
-                cursor = cursor.max(new_base);
-                continue;
-            }
-            let mut progressed = false;
-            for (seq, payload) in view.events {
-                if seq != cursor + 1 || seq > last {
-                    break;
-                }
-                cursor = seq;
-                events.push(payload);
-                progressed = true;
-            }
-            if !progressed {
-                return Err(CreateRefusal::Unavailable);
-            }
-        }
-        debug_assert_eq!(base + events.len() as u64, last.max(base));
-        Ok((base, events))
-    }
-
-    /// The first bytes (or JSON values) of the source's message after
-    /// `seq`: a fork's sub-offset.
-    async fn prefix_after(
-        &self,
-        path: &str,
-        seq: u64,
-        sub: u64,
-        json: bool,
-    ) -> Result<Vec<u8>, CreateRefusal> {
-        let view = self
-            .read(path, seq, 1)
-            .await
-            .map_err(|error| create_unavailable(&error))?
-            .ok_or(CreateRefusal::NoSource)?;
-        let Some((_, payload)) = view.events.into_iter().find(|(s, _)| *s == seq + 1) else {
-            return Err(CreateRefusal::BadSubOffset(
-                "no message after the fork offset",
-            ));
-        };
-        sub_offset_prefix(&payload, sub, json).map_err(CreateRefusal::BadSubOffset)
-    }
-
-    /// Counts the fork at `fork_path` on `source` (its claim field and
-    /// `forks`, in one guarded step), unless it was deleted meanwhile. A
-    /// claim already made (a retried create) is not made twice.
-    async fn claim_source(&self, source: &str, fork_path: &str) -> Result<(), CreateRefusal> {
-        let claim = claim_field(fork_path);
-        for _ in 0..DECIDE_TRIES {
-            let view = self
-                .read_with(source, u64::MAX, 0, &[&claim])
-                .await
-                .map_err(|error| create_unavailable(&error))?
-                .ok_or(CreateRefusal::NoSource)?;
-            if view.meta.contains_key(&claim) {
-                return Ok(());
-            }
-            if view.soft_deleted() {
-                return Err(CreateRefusal::SourceSoftDeleted);
-            }
-            let guard = Guard {
-                expect: vec![
-                    (field::DELETED.to_owned(), None),
-                    (claim.clone(), None),
-                    as_read(&view, field::FORKS),
-                ],
-                set: vec![
-                    (field::FORKS.to_owned(), (view.forks() + 1).to_string()),
-                    (claim.clone(), "1".to_owned()),
-                ],
-                ..Guard::default()
-            };
-            match self.guarded(source, &view, &[], guard).await {
-                Ok(Some(_)) => return Ok(()),
-                Ok(None) => continue,
-                Err(error) => return Err(create_unavailable(&error)),
-            }
-        }
-        Err(CreateRefusal::Unavailable)
-    }
-
     /// The producers to drop so that a new one fits in `path`'s cap: the
     /// ones idle past the limit, then the idlest, down to seven eighths
     /// of the cap (so this whole-meta read is made once per cap/8 new
     /// producers, not per append), each with the value it was read at.
-    async fn evictions(&self, path: &str, now: u64) -> Result<Vec<(String, String)>, HistoryError> {
+    pub(super) async fn evictions(
+        &self,
+        path: &str,
+        now: u64,
+    ) -> Result<Vec<(String, String)>, HistoryError> {
         let Some(snapshot) = self.history.after(&log_of(path), u64::MAX, 0).await? else {
             return Err(HistoryError::Gone);
         };
@@ -966,12 +567,9 @@ impl<H: History> SharedStreams<H> {
             .producer
             .map(|(id, _, _)| format!("{}{id}", field::PRODUCER));
         let extra: Vec<&str> = producer_field.iter().map(String::as_str).collect();
-        // Validated before the meta is read (and before any retry).
-        let payload = match (self.json_of(path).await?, body.is_empty()) {
-            (_, true) => Ok(None),
-            (true, false) => json_mode::payload(body, false).map_err(AppendRefusal::Json),
-            (false, false) => Ok(Some(body.to_vec())),
-        };
+        // Parsed once, when the first look tells the stream's mode; a
+        // retry reuses it (`Bytes`: no copy).
+        let mut parsed: Option<Result<Option<Bytes>, AppendRefusal>> = None;
         for _ in 0..DECIDE_TRIES {
             let view = self
                 .read_with(path, u64::MAX, 0, &extra)
@@ -1011,10 +609,15 @@ impl<H: History> SharedStreams<H> {
                 self.touch(path, &view).await;
                 return Ok(answer);
             }
-            let payload = match &payload {
-                Ok(payload) => payload.clone(),
-                Err(refused) => return Err(refused.clone()),
-            };
+            let payload = parsed
+                .get_or_insert_with(|| match (view.json(), body.is_empty()) {
+                    (_, true) => Ok(None),
+                    (true, false) => json_mode::payload(body, false)
+                        .map(|payload| payload.map(Bytes::from))
+                        .map_err(AppendRefusal::Json),
+                    (false, false) => Ok(Some(Bytes::copy_from_slice(body))),
+                })
+                .clone()?;
             if let Some(payload) = &payload {
                 if payload.len() > self.max_payload {
                     return Err(AppendRefusal::TooLarge {
@@ -1073,7 +676,7 @@ impl<H: History> SharedStreams<H> {
             if request.close {
                 guard.set.push((field::CLOSED.to_owned(), "1".to_owned()));
             }
-            let payloads: Vec<Bytes> = payload.into_iter().map(Bytes::from).collect();
+            let payloads: Vec<Bytes> = payload.into_iter().collect();
             match self.guarded(path, &view, &payloads, guard).await {
                 Ok(Some((epoch, first))) => {
                     if now.saturating_sub(view.accessed()) >= self.renew_every_ms() {
@@ -1101,16 +704,6 @@ impl<H: History> SharedStreams<H> {
             }
         }
         Err(AppendRefusal::Unavailable)
-    }
-
-    /// Whether the stream at `path` is in JSON mode (`false` for none:
-    /// the append that follows finds it gone).
-    async fn json_of(&self, path: &str) -> Result<bool, AppendRefusal> {
-        Ok(self
-            .look(path)
-            .await
-            .map_err(|e| unavailable(&e))?
-            .is_some_and(|view| view.json()))
     }
 
     /// Deletes the stream at `path`: `Some(true)` deleted (or soft-deleted,
@@ -1143,7 +736,7 @@ impl<H: History> SharedStreams<H> {
     /// guard includes the last access: an append acknowledged after the
     /// look (which restarted a TTL) refuses the removal, and the caller
     /// decides again on what it finds.
-    async fn remove(&self, path: &str, view: &View) -> Result<bool, HistoryError> {
+    pub(super) async fn remove(&self, path: &str, view: &View) -> Result<bool, HistoryError> {
         let guard = Guard {
             expect: vec![
                 (field::DELETED.to_owned(), None),
@@ -1167,7 +760,7 @@ impl<H: History> SharedStreams<H> {
     /// Deletes the log of the stream at `path` (marked deleted, with no
     /// forks), then releases its source, and the source's when that was
     /// its last fork, and so on.
-    async fn purge(
+    pub(super) async fn purge(
         &self,
         path: &str,
         source: Option<String>,
@@ -1194,7 +787,7 @@ impl<H: History> SharedStreams<H> {
     /// lowers `forks`, in one guarded step; nothing if it holds no claim);
     /// the source to delete next when it was soft-deleted and this was its
     /// last fork.
-    async fn release_source(
+    pub(super) async fn release_source(
         &self,
         source: &str,
         fork_path: &str,
@@ -1253,98 +846,6 @@ impl<H: History> SharedStreams<H> {
     pub(super) fn follow(&self, path: &str) -> H::Follower {
         self.history.follow(&log_of(path))
     }
-}
-
-/// The answer to a create that found `view`'s stream at its path: `None`
-/// when it is a create with the same settings that has not put its first
-/// messages in yet (the caller completes it).
-fn existing_answer(
-    view: &View,
-    asked: &Settings,
-    closed: bool,
-) -> Option<Result<(), CreateRefusal>> {
-    if view.soft_deleted() {
-        return Some(Err(CreateRefusal::SoftDeleted));
-    }
-    if !view.settings.same_create(view.closed(), asked, closed) {
-        // A pending create is not closed yet: compared as it will be.
-        let pending_same = !view.initialised() && view.settings.same_create(closed, asked, closed);
-        if !pending_same {
-            return Some(Err(CreateRefusal::Conflict));
-        }
-    }
-    view.initialised().then_some(Ok(()))
-}
-
-/// The meta a new stream's log is created with (`init=pending`).
-fn new_meta(
-    settings: &Settings,
-    publish_key: Option<PublishKey>,
-    numbering: &Numbering,
-    base: u64,
-    client: Option<&str>,
-) -> Meta {
-    let mut meta = Meta::new();
-    let mut put = |name: &str, value: String| {
-        meta.insert(name.to_owned(), value);
-    };
-    if let Some(client) = client {
-        put(field::CLIENT, client.to_owned());
-    }
-    put(
-        field::KIND,
-        crate::history::LogKind::Stream.as_str().to_owned(),
-    );
-    put(field::CONTENT_TYPE, settings.content_type.clone());
-    if let Some(ttl) = settings.ttl_secs {
-        put(field::TTL, ttl.to_string());
-    }
-    if let Some((raw, _)) = &settings.expires_at {
-        put(field::EXPIRES_AT, raw.clone());
-    }
-    if let Some(source) = &settings.forked_from {
-        put(field::FORKED_FROM, source.clone());
-    }
-    if let Some(offset) = settings.fork_offset {
-        put(field::FORK_OFFSET, offset.to_string());
-    }
-    if settings.fork_sub_offset > 0 {
-        put(field::FORK_SUB_OFFSET, settings.fork_sub_offset.to_string());
-    }
-    if let Some(key) = publish_key {
-        put(field::PUBLISH_KEY, key.to_string());
-    }
-    put(field::INIT, "pending".to_owned());
-    put(field::FORKS, "0".to_owned());
-    put(field::PRODUCERS, "0".to_owned());
-    put(field::ACCESSED, now_ms().to_string());
-    put(field::LINEAGE, numbering.encode_lineage());
-    put(field::BASE, base.to_string());
-    put(field::START, numbering.start_after().to_string());
-    meta
-}
-
-/// `payloads` cut into runs of at most `max_bytes` (at least one payload
-/// each).
-fn pages_of(payloads: &[Bytes], max_bytes: usize) -> impl Iterator<Item = &[Bytes]> {
-    let mut rest = payloads;
-    std::iter::from_fn(move || {
-        if rest.is_empty() {
-            return None;
-        }
-        let mut bytes = 0;
-        let mut take = 0;
-        for payload in rest {
-            if take > 0 && bytes + payload.len() > max_bytes {
-                break;
-            }
-            bytes += payload.len();
-            take += 1;
-        }
-        let (page, left) = rest.split_at(take);
-        rest = left;
-        Some(page)
-    })
 }
 
 #[cfg(test)]

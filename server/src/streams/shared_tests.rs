@@ -245,7 +245,7 @@ async fn a_half_made_fork_is_completed_with_its_claim_by_a_retry() {
     let source = shared.look("source").await.expect("look").expect("source");
     fork.fork_offset = Some(source.tail());
     let numbering = source.numbering.clone();
-    let pending = super::new_meta(
+    let pending = crate::streams::shared_create::new_meta(
         &fork,
         None,
         &crate::streams::numbering::Numbering::new(
@@ -306,7 +306,7 @@ async fn a_half_made_fork_whose_source_is_gone_is_undone() {
     fork.content_type = "text/plain".to_owned();
     let source = shared.look("source").await.expect("look").expect("source");
     fork.fork_offset = Some(source.tail());
-    let pending = super::new_meta(
+    let pending = crate::streams::shared_create::new_meta(
         &fork,
         None,
         &crate::streams::numbering::Numbering::new(

@@ -7,14 +7,15 @@
 //! copy from the ring (a wait-free snapshot) and get an explicit gap when
 //! retention dropped what they ask for.
 
+pub(crate) use super::charge::ClientCharge;
+use super::charge::{take_charge, Charge, ChargeRefusal};
 use super::json_mode;
 use super::numbering::{Numbering, ReadRefusal};
 use super::offset::{Offset, Start};
 use super::rules::{
     decide, AppendRefusal, AppendRequest, Appended, Decision, Producer, WriterState,
 };
-use crate::admission::{Bounded, ClientShare, ClientShares, Held};
-use crate::client_addr::ClientKey;
+use crate::admission::Bounded;
 use gapless::{Config, EmitError, ReplayError, Ring, SingleWriter, Writer};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -61,30 +62,6 @@ const PRODUCER_ENTRY_BYTES: u64 = 96;
 /// What a stream is charged besides its ring and producers: the stream
 /// itself and its registry entry (its path is charged on top).
 const STREAM_OVERHEAD_BYTES: u64 = 1024;
-
-/// A share of the memory budget, and the same bytes of the creating
-/// client's share of it: given back on drop.
-#[derive(Debug)]
-pub(crate) struct Charge {
-    _budget: Held,
-    _client: Option<ClientShare>,
-}
-
-/// Why a [`Charge`] was not taken.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ChargeRefusal {
-    /// Past the server's memory budget (`503`).
-    Budget,
-    /// Past the creating client's share of it (`429`).
-    ClientShare,
-}
-
-/// The creating client's share of the budget that a stream charges.
-#[derive(Clone, Debug)]
-pub(crate) struct ClientCharge {
-    pub(crate) shares: Arc<ClientShares>,
-    pub(crate) client: ClientKey,
-}
 
 /// One idempotent producer the stream knows.
 struct ProducerEntry {
@@ -525,8 +502,12 @@ impl Stream {
         // Validated and flattened before the writer lock: parsing a large
         // JSON body holds no other writer of the stream up. Its refusal
         // is answered after the rules, as the rules come first.
-        // Its copy is counted in the memory budget while it is held.
-        let _transient = self.charge(budget, body.len() as u64)?;
+        // A JSON body's minified copy is counted in the memory budget while
+        // it is held (another body's copy is the payload itself).
+        let _transient = match self.json && !body.is_empty() {
+            true => Some(self.charge(budget, body.len() as u64)?),
+            false => None,
+        };
         let parsed = match (self.json, body.is_empty()) {
             (_, true) => Ok(None),
             (true, false) => json_mode::payload(body, false).map_err(AppendRefusal::Json),
@@ -769,28 +750,6 @@ pub(crate) enum Ended {
     SoftDeleted,
 }
 
-/// `amount` of `budget`, and of `client`'s share when the stream has one.
-fn take_charge(
-    budget: &Arc<Bounded>,
-    client: Option<&ClientCharge>,
-    amount: u64,
-) -> Result<Charge, ChargeRefusal> {
-    let held = budget.take(amount).ok_or(ChargeRefusal::Budget)?;
-    let client = match client {
-        Some(charge) => Some(
-            charge
-                .shares
-                .take(charge.client, amount)
-                .ok_or(ChargeRefusal::ClientShare)?,
-        ),
-        None => None,
-    };
-    Ok(Charge {
-        _budget: held,
-        _client: client,
-    })
-}
-
 /// Milliseconds since `origin`.
 fn millis_since(origin: Instant) -> u64 {
     u64::try_from(origin.elapsed().as_millis()).unwrap_or(u64::MAX)
@@ -935,202 +894,5 @@ fn footprint(config: &Config) -> Result<u64, MakeError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::{NewStream, Settings, Stream};
-    use crate::admission::Bounded;
-    use crate::streams::rules::AppendRequest;
-    use gapless::Config;
-    use std::sync::Arc;
-
-    fn stream(full: Config, budget: &Arc<Bounded>) -> Stream {
-        with_producers(full, budget, super::ProducerLimits::default())
-    }
-
-    fn with_producers(
-        full: Config,
-        budget: &Arc<Bounded>,
-        producer_limits: super::ProducerLimits,
-    ) -> Stream {
-        Stream::new(
-            NewStream {
-                path: "s".to_owned(),
-                settings: Settings {
-                    content_type: "text/plain".to_owned(),
-                    ttl_secs: None,
-                    expires_at: None,
-                    forked_from: None,
-                    fork_offset: None,
-                    fork_sub_offset: 0,
-                },
-                lineage: Vec::new(),
-                own_generation: 1,
-                full,
-                inherited: Vec::new(),
-                start_after: 0,
-                ring_start: 0,
-                closed: false,
-                origin: std::time::Instant::now(),
-                source: None,
-                producer_limits,
-                publish_key: None,
-                client: None,
-            },
-            budget,
-        )
-        .expect("a stream")
-    }
-
-    /// A stream starts with a small ring and grows by doubling; once one
-    /// dimension is at its configured size (events here, with small
-    /// messages), appends evict by it and never rebuild the ring again.
-    #[test]
-    fn a_ring_at_its_configured_events_is_not_rebuilt_per_append() {
-        let budget = Bounded::new(u64::MAX);
-        let full = Config::default().events(64).bytes(4 << 20);
-        let stream = stream(full, &budget);
-        let first = stream.ring().geometry().footprint() as u64;
-        let overhead = super::STREAM_OVERHEAD_BYTES + "s".len() as u64;
-        assert_eq!(budget.held(), first + overhead, "it costs its first ring");
-        let mut rebuilt = 0;
-        let mut ring = stream.ring();
-        for n in 0..1000u32 {
-            stream
-                .append(
-                    format!("{n:08}").as_bytes(),
-                    &AppendRequest::default(),
-                    &budget,
-                )
-                .expect("append");
-            let now = stream.ring();
-            if !Arc::ptr_eq(&now, &ring) {
-                rebuilt += 1;
-                ring = now;
-            }
-        }
-        assert!(rebuilt <= 8, "rebuilt {rebuilt} times");
-        assert_eq!(stream.ring().published(), 1000);
-        assert!(stream.ring().first_retained() > 900, "it evicts by events");
-        assert_eq!(
-            budget.held(),
-            stream.ring().geometry().footprint() as u64 + overhead
-        );
-    }
-
-    fn produce<'a>(id: &'a str, epoch: u64, seq: u64) -> AppendRequest<'a> {
-        AppendRequest {
-            producer: Some((id, epoch, seq)),
-            ..AppendRequest::default()
-        }
-    }
-
-    /// A writer with a new `Producer-Id` per append (a serverless one):
-    /// the stream keeps at most its cap of producers, the ones idle
-    /// longest go first, and what it keeps is what the budget is charged.
-    ///
-    /// Fails when producers are never evicted (the map grows to 100) or not
-    /// charged to the budget.
-    #[test]
-    fn producers_are_capped_evicting_the_idlest_and_charged_to_the_budget() {
-        use super::{ProducerLimits, PRODUCER_ENTRY_BYTES, STREAM_OVERHEAD_BYTES};
-        use crate::streams::rules::{AppendRefusal, Appended};
-        let budget = Bounded::new(u64::MAX);
-        let limits = ProducerLimits {
-            per_stream: 4,
-            idle: std::time::Duration::from_secs(3600),
-        };
-        let stream = with_producers(
-            Config::default().events(64).bytes(64 << 10),
-            &budget,
-            limits,
-        );
-        for n in 0..100 {
-            let id = format!("invocation-{n:03}");
-            stream
-                .append(b"x", &produce(&id, 0, 0), &budget)
-                .expect("append");
-        }
-        assert_eq!(stream.producers_kept(), 4);
-        let ring = stream.ring().geometry().footprint() as u64;
-        let entry = "invocation-000".len() as u64 + PRODUCER_ENTRY_BYTES;
-        let overhead = STREAM_OVERHEAD_BYTES + "s".len() as u64;
-        assert_eq!(
-            budget.held(),
-            ring + overhead + 4 * entry,
-            "four entries charged"
-        );
-        // The newest is known: its retry is a duplicate, nothing stored.
-        let published = stream.ring().published();
-        assert!(matches!(
-            stream.append(b"x", &produce("invocation-099", 0, 0), &budget),
-            Ok(Appended::Duplicate { last_seq: 0, .. })
-        ));
-        assert_eq!(stream.ring().published(), published);
-        // The oldest was evicted: its next seq is refused, never stored.
-        assert_eq!(
-            stream.append(b"x", &produce("invocation-000", 0, 1), &budget),
-            Err(AppendRefusal::SequenceGap {
-                expected: 0,
-                received: 1
-            })
-        );
-        assert_eq!(stream.ring().published(), published);
-    }
-
-    /// A producer idle past the limit is forgotten: its next seq is refused
-    /// as a producer the stream does not know, and seq 0 starts it again.
-    ///
-    /// Fails when the idle check is removed (seq 1 is appended).
-    #[test]
-    fn an_idle_producer_is_forgotten() {
-        use super::ProducerLimits;
-        use crate::streams::rules::AppendRefusal;
-        let budget = Bounded::new(u64::MAX);
-        let limits = ProducerLimits {
-            per_stream: 4,
-            idle: std::time::Duration::ZERO,
-        };
-        let stream = with_producers(
-            Config::default().events(64).bytes(64 << 10),
-            &budget,
-            limits,
-        );
-        stream
-            .append(b"a", &produce("p", 0, 0), &budget)
-            .expect("append");
-        assert_eq!(
-            stream.append(b"b", &produce("p", 0, 1), &budget),
-            Err(AppendRefusal::SequenceGap {
-                expected: 0,
-                received: 1
-            })
-        );
-        stream
-            .append(b"b", &produce("p", 0, 0), &budget)
-            .expect("seq 0 starts it again");
-        assert_eq!(stream.ring().published(), 2);
-    }
-
-    /// A new producer's entry is charged before its append is stored: at
-    /// the budget, the append is refused and nothing is stored.
-    ///
-    /// Fails when the entry is charged after the emit (or not at all).
-    #[test]
-    fn a_new_producer_past_the_budget_stores_nothing() {
-        use crate::streams::rules::AppendRefusal;
-        let full = Config::default().events(16).bytes(16 << 10);
-        let ring = full.geometry().expect("a ring").footprint() as u64;
-        // The stream, its ring and one byte's transient copy: no room for
-        // an entry.
-        let overhead = super::STREAM_OVERHEAD_BYTES + "s".len() as u64;
-        let budget = Bounded::new(ring + overhead + 1);
-        let stream = stream(full, &budget);
-        assert_eq!(
-            stream.append(b"x", &produce("p", 0, 0), &budget),
-            Err(AppendRefusal::MemoryBudget)
-        );
-        assert_eq!(stream.ring().published(), 0);
-        stream
-            .append(b"x", &AppendRequest::default(), &budget)
-            .expect("an append without a producer still fits");
-    }
-}
+#[path = "stream_tests.rs"]
+mod tests;

@@ -36,5 +36,6 @@ mod redis_cluster;
 use gapless_history::test_support as redis_server;
 mod resume_anywhere;
 mod retention;
+mod stream_limits;
 mod streams;
 mod tls;

@@ -1,0 +1,199 @@
+//! Unit tests of `stream.rs`: growth, producers and their charges.
+
+use super::{NewStream, Settings, Stream};
+use crate::admission::Bounded;
+use crate::streams::rules::AppendRequest;
+use gapless::Config;
+use std::sync::Arc;
+
+fn stream(full: Config, budget: &Arc<Bounded>) -> Stream {
+    with_producers(full, budget, super::ProducerLimits::default())
+}
+
+fn with_producers(
+    full: Config,
+    budget: &Arc<Bounded>,
+    producer_limits: super::ProducerLimits,
+) -> Stream {
+    Stream::new(
+        NewStream {
+            path: "s".to_owned(),
+            settings: Settings {
+                content_type: "text/plain".to_owned(),
+                ttl_secs: None,
+                expires_at: None,
+                forked_from: None,
+                fork_offset: None,
+                fork_sub_offset: 0,
+            },
+            lineage: Vec::new(),
+            own_generation: 1,
+            full,
+            inherited: Vec::new(),
+            start_after: 0,
+            ring_start: 0,
+            closed: false,
+            origin: std::time::Instant::now(),
+            source: None,
+            producer_limits,
+            publish_key: None,
+            client: None,
+        },
+        budget,
+    )
+    .expect("a stream")
+}
+
+/// A stream starts with a small ring and grows by doubling; once one
+/// dimension is at its configured size (events here, with small
+/// messages), appends evict by it and never rebuild the ring again.
+#[test]
+fn a_ring_at_its_configured_events_is_not_rebuilt_per_append() {
+    let budget = Bounded::new(u64::MAX);
+    let full = Config::default().events(64).bytes(4 << 20);
+    let stream = stream(full, &budget);
+    let first = stream.ring().geometry().footprint() as u64;
+    let overhead = super::STREAM_OVERHEAD_BYTES + "s".len() as u64;
+    assert_eq!(budget.held(), first + overhead, "it costs its first ring");
+    let mut rebuilt = 0;
+    let mut ring = stream.ring();
+    for n in 0..1000u32 {
+        stream
+            .append(
+                format!("{n:08}").as_bytes(),
+                &AppendRequest::default(),
+                &budget,
+            )
+            .expect("append");
+        let now = stream.ring();
+        if !Arc::ptr_eq(&now, &ring) {
+            rebuilt += 1;
+            ring = now;
+        }
+    }
+    assert!(rebuilt <= 8, "rebuilt {rebuilt} times");
+    assert_eq!(stream.ring().published(), 1000);
+    assert!(stream.ring().first_retained() > 900, "it evicts by events");
+    assert_eq!(
+        budget.held(),
+        stream.ring().geometry().footprint() as u64 + overhead
+    );
+}
+
+fn produce<'a>(id: &'a str, epoch: u64, seq: u64) -> AppendRequest<'a> {
+    AppendRequest {
+        producer: Some((id, epoch, seq)),
+        ..AppendRequest::default()
+    }
+}
+
+/// A writer with a new `Producer-Id` per append (a serverless one):
+/// the stream keeps at most its cap of producers, the ones idle
+/// longest go first, and what it keeps is what the budget is charged.
+///
+/// Fails when producers are never evicted (the map grows to 100) or not
+/// charged to the budget.
+#[test]
+fn producers_are_capped_evicting_the_idlest_and_charged_to_the_budget() {
+    use super::{ProducerLimits, PRODUCER_ENTRY_BYTES, STREAM_OVERHEAD_BYTES};
+    use crate::streams::rules::{AppendRefusal, Appended};
+    let budget = Bounded::new(u64::MAX);
+    let limits = ProducerLimits {
+        per_stream: 4,
+        idle: std::time::Duration::from_secs(3600),
+    };
+    let stream = with_producers(
+        Config::default().events(64).bytes(64 << 10),
+        &budget,
+        limits,
+    );
+    for n in 0..100 {
+        let id = format!("invocation-{n:03}");
+        stream
+            .append(b"x", &produce(&id, 0, 0), &budget)
+            .expect("append");
+    }
+    assert_eq!(stream.producers_kept(), 4);
+    let ring = stream.ring().geometry().footprint() as u64;
+    let entry = "invocation-000".len() as u64 + PRODUCER_ENTRY_BYTES;
+    let overhead = STREAM_OVERHEAD_BYTES + "s".len() as u64;
+    assert_eq!(
+        budget.held(),
+        ring + overhead + 4 * entry,
+        "four entries charged"
+    );
+    // The newest is known: its retry is a duplicate, nothing stored.
+    let published = stream.ring().published();
+    assert!(matches!(
+        stream.append(b"x", &produce("invocation-099", 0, 0), &budget),
+        Ok(Appended::Duplicate { last_seq: 0, .. })
+    ));
+    assert_eq!(stream.ring().published(), published);
+    // The oldest was evicted: its next seq is refused, never stored.
+    assert_eq!(
+        stream.append(b"x", &produce("invocation-000", 0, 1), &budget),
+        Err(AppendRefusal::SequenceGap {
+            expected: 0,
+            received: 1
+        })
+    );
+    assert_eq!(stream.ring().published(), published);
+}
+
+/// A producer idle past the limit is forgotten: its next seq is refused
+/// as a producer the stream does not know, and seq 0 starts it again.
+///
+/// Fails when the idle check is removed (seq 1 is appended).
+#[test]
+fn an_idle_producer_is_forgotten() {
+    use super::ProducerLimits;
+    use crate::streams::rules::AppendRefusal;
+    let budget = Bounded::new(u64::MAX);
+    let limits = ProducerLimits {
+        per_stream: 4,
+        idle: std::time::Duration::ZERO,
+    };
+    let stream = with_producers(
+        Config::default().events(64).bytes(64 << 10),
+        &budget,
+        limits,
+    );
+    stream
+        .append(b"a", &produce("p", 0, 0), &budget)
+        .expect("append");
+    assert_eq!(
+        stream.append(b"b", &produce("p", 0, 1), &budget),
+        Err(AppendRefusal::SequenceGap {
+            expected: 0,
+            received: 1
+        })
+    );
+    stream
+        .append(b"b", &produce("p", 0, 0), &budget)
+        .expect("seq 0 starts it again");
+    assert_eq!(stream.ring().published(), 2);
+}
+
+/// A new producer's entry is charged before its append is stored: at
+/// the budget, the append is refused and nothing is stored.
+///
+/// Fails when the entry is charged after the emit (or not at all).
+#[test]
+fn a_new_producer_past_the_budget_stores_nothing() {
+    use crate::streams::rules::AppendRefusal;
+    let full = Config::default().events(16).bytes(16 << 10);
+    let ring = full.geometry().expect("a ring").footprint() as u64;
+    // The stream, its ring and one byte's transient copy: no room for
+    // an entry.
+    let overhead = super::STREAM_OVERHEAD_BYTES + "s".len() as u64;
+    let budget = Bounded::new(ring + overhead + 1);
+    let stream = stream(full, &budget);
+    assert_eq!(
+        stream.append(b"x", &produce("p", 0, 0), &budget),
+        Err(AppendRefusal::MemoryBudget)
+    );
+    assert_eq!(stream.ring().published(), 0);
+    stream
+        .append(b"x", &AppendRequest::default(), &budget)
+        .expect("an append without a producer still fits");
+}
