@@ -51,6 +51,11 @@ pub struct ServerConfig {
     pub sse_retry: Duration,
     /// Origins allowed by CORS; empty: no CORS headers at all (default).
     pub cors_origins: Vec<String>,
+    /// Log every request at INFO (method, path with credentials redacted,
+    /// status, latency). Off by default: a line per request costs more
+    /// CPU than an append itself, and a proxy in front usually keeps the
+    /// access log.
+    pub access_log: bool,
     /// A connection that has not sent a complete request head in this time
     /// is closed (default 10 s).
     pub header_read_timeout: Duration,
@@ -138,6 +143,7 @@ impl Default for ServerConfig {
             write_timeout: Duration::from_secs(30),
             sse_retry: Duration::from_millis(1000),
             cors_origins: Vec::new(),
+            access_log: false,
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(30),
             max_connections: 10_000,

@@ -239,13 +239,25 @@ pub(crate) async fn read_body(
     };
     let mut frames = body.into_data_stream();
     let read = async {
+        // A body that arrives as one frame (most do: hyper hands over what
+        // one read brought) is kept as that frame, not copied; a second
+        // frame starts the copy.
+        let mut first: Option<Bytes> = None;
         let mut kept = BytesMut::new();
         let mut seen = 0usize;
         while let Some(frame) = frames.next().await {
             let frame = frame.map_err(BodyError::Unreadable)?;
             seen = seen.saturating_add(frame.len());
             if seen <= limit {
-                kept.extend_from_slice(&frame);
+                match first.take() {
+                    None if kept.is_empty() => first = Some(frame),
+                    earlier => {
+                        if let Some(earlier) = earlier {
+                            kept.extend_from_slice(&earlier);
+                        }
+                        kept.extend_from_slice(&frame);
+                    }
+                }
             } else if seen > drain {
                 break;
             }
@@ -253,7 +265,7 @@ pub(crate) async fn read_body(
         if seen > limit {
             return Err(BodyError::TooLarge { limit });
         }
-        Ok(kept.freeze())
+        Ok(first.unwrap_or_else(|| kept.freeze()))
     };
     match tokio::time::timeout(state.config.body_read_timeout, read).await {
         Ok(result) => result,

@@ -1,5 +1,5 @@
 //! The tower layers around every route: request logs with the ticket
-//! redacted, a JSON `500` for a panicking handler, JSON bodies for every
+//! redacted (with `--access-log`), a JSON `500` for a panicking handler, JSON bodies for every
 //! error answer (405 included), and CORS for the configured origins; and
 //! the Durable Streams route's CORS for any origin when none is configured
 //! ([`with_stream_cors`]).
@@ -11,7 +11,7 @@ use crate::metrics::Limit;
 use crate::state::{AppState, ServerState};
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{header, HeaderValue, Method, Request, Response, StatusCode, Uri};
+use axum::http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri};
 use axum::middleware::Next;
 use axum::routing::MethodRouter;
 use axum::Router;
@@ -36,26 +36,38 @@ pub fn with_layers(router: Router, state: &AppState) -> Router {
         .layer(CatchPanicLayer::custom(
             move |panic: Box<dyn Any + Send>| panicked(&shared, panic),
         ))
-        .layer(axum::middleware::map_response(json_errors))
-        .layer(
-            TraceLayer::new_for_http()
-                .make_span_with(|request: &Request<Body>| {
-                    tracing::info_span!(
-                        "request",
-                        method = %request.method(),
-                        uri = %redacted(request.uri()),
-                    )
-                })
-                .on_response(DefaultOnResponse::new().level(Level::INFO))
-                // A 5xx is already in the response line; an expected `503
-                // too_many_sessions` under load must not flood the log at
-                // ERROR. Real internal errors are logged where they happen.
-                .on_failure(DefaultOnFailure::new().level(Level::DEBUG)),
-        );
+        .layer(axum::middleware::map_response(json_errors));
+    let router = match state.0.config.access_log {
+        true => router.layer(access_log()),
+        false => router,
+    };
     match cors(&state.0.config.cors_origins) {
         Some(cors) => router.layer(cors),
         None => router,
     }
+}
+
+/// The access log (`--access-log`): a span per request with its method and
+/// [`redacted`] path, and a line per response at INFO.
+fn access_log() -> TraceLayer<
+    tower_http::classify::SharedClassifier<tower_http::classify::ServerErrorsAsFailures>,
+    impl Fn(&Request<Body>) -> tracing::Span + Clone,
+    tower_http::trace::DefaultOnRequest,
+    DefaultOnResponse,
+> {
+    TraceLayer::new_for_http()
+        .make_span_with(|request: &Request<Body>| {
+            tracing::info_span!(
+                "request",
+                method = %request.method(),
+                uri = %redacted(request.uri()),
+            )
+        })
+        .on_response(DefaultOnResponse::new().level(Level::INFO))
+        // A 5xx is already in the response line; an expected `503
+        // too_many_sessions` under load must not flood the log at ERROR.
+        // Real internal errors are logged where they happen.
+        .on_failure(DefaultOnFailure::new().level(Level::DEBUG))
 }
 
 /// The request line as logged. A session ID is a bearer credential (it
@@ -103,7 +115,7 @@ fn redacted(uri: &Uri) -> String {
 /// A handler panicked: count it, log it, answer `500 internal` (the panic
 /// message stays in the log). Guards held by the handler (a transport's
 /// attachment) were dropped while unwinding.
-fn panicked(state: &ServerState, panic: Box<dyn Any + Send>) -> Response<Body> {
+pub(crate) fn panicked(state: &ServerState, panic: Box<dyn Any + Send>) -> Response<Body> {
     state.metrics.tripped(Limit::Panic);
     let message = panic
         .downcast_ref::<&str>()
@@ -117,7 +129,7 @@ fn panicked(state: &ServerState, panic: Box<dyn Any + Send>) -> Response<Body> {
 /// Every error answer is JSON with an `error` code: the server's own are
 /// already; those axum makes (405, an extractor's rejection) are rewritten
 /// here, keeping their headers (`Allow`).
-async fn json_errors(response: Response<Body>) -> Response<Body> {
+pub(crate) async fn json_errors(response: Response<Body>) -> Response<Body> {
     let status = response.status();
     let is_json = response
         .headers()
@@ -173,11 +185,10 @@ pub(crate) fn with_stream_cors(
     if !state.0.config.cors_origins.is_empty() {
         return route;
     }
-    let headers = AnyOrigin {
-        exposed: listed(streams::EXPOSED_HEADERS),
-        allowed: listed(streams::REQUEST_HEADERS),
-    };
-    route.layer(axum::middleware::from_fn_with_state(headers, any_origin))
+    route.layer(axum::middleware::from_fn_with_state(
+        Arc::new(AnyOrigin::new()),
+        any_origin,
+    ))
 }
 
 /// The methods a stream's preflight allows.
@@ -186,13 +197,57 @@ const STREAM_METHODS: &str = "GET, POST, PUT, DELETE, HEAD, OPTIONS";
 /// How long a browser may keep a stream's preflight, in seconds.
 const STREAM_PREFLIGHT_MAX_AGE: &str = "86400";
 
-/// The values [`any_origin`] sends, built once.
+/// The stream route's CORS for any origin (without `--cors-origin`): the
+/// values it sends, built once, and the rule for when it sends them.
 #[derive(Clone)]
-struct AnyOrigin {
+pub(crate) struct AnyOrigin {
     /// [`streams::EXPOSED_HEADERS`], comma-separated.
     exposed: HeaderValue,
     /// [`streams::REQUEST_HEADERS`], comma-separated.
     allowed: HeaderValue,
+}
+
+impl AnyOrigin {
+    /// The protocol's exposed and request headers, listed once.
+    pub(crate) fn new() -> Self {
+        Self {
+            exposed: listed(streams::EXPOSED_HEADERS),
+            allowed: listed(streams::REQUEST_HEADERS),
+        }
+    }
+
+    /// Adds the CORS headers to the answer to a request with `method`
+    /// that carried an `Origin` header or not: `Access-Control-Allow-Origin:
+    /// *` and the protocol's exposed headers; the answer to `OPTIONS` (the
+    /// route's `204`) also allows the protocol's methods and request
+    /// headers, for a day.
+    ///
+    /// A write (`POST`, `PUT`, `DELETE`) without `Origin` is not a browser's
+    /// cross-origin request, and its answer is never cached: it gets none
+    /// (300 bytes less on every append). A read gets them whatever it
+    /// carried, since a shared cache may give its answer to a browser.
+    pub(crate) fn apply(&self, method: &Method, had_origin: bool, answer: &mut HeaderMap) {
+        let write = matches!(*method, Method::POST | Method::PUT | Method::DELETE);
+        if write && !had_origin {
+            return;
+        }
+        answer.insert(
+            header::ACCESS_CONTROL_ALLOW_ORIGIN,
+            HeaderValue::from_static("*"),
+        );
+        answer.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, self.exposed.clone());
+        if *method == Method::OPTIONS {
+            answer.insert(
+                header::ACCESS_CONTROL_ALLOW_METHODS,
+                HeaderValue::from_static(STREAM_METHODS),
+            );
+            answer.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, self.allowed.clone());
+            answer.insert(
+                header::ACCESS_CONTROL_MAX_AGE,
+                HeaderValue::from_static(STREAM_PREFLIGHT_MAX_AGE),
+            );
+        }
+    }
 }
 
 /// `names` as one header value, `a, b, c`.
@@ -200,34 +255,17 @@ fn listed(names: &[&str]) -> HeaderValue {
     HeaderValue::from_str(&names.join(", ")).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
-/// CORS for any origin on every answer of the stream route (its refusals
-/// and axum's own included): `Access-Control-Allow-Origin: *` and the
-/// protocol's exposed headers; the answer to `OPTIONS` (the route's `204`)
-/// also allows the protocol's methods and request headers, for a day.
+/// [`AnyOrigin`] on every answer of the stream route (its refusals and
+/// axum's own included).
 async fn any_origin(
-    State(headers): State<AnyOrigin>,
+    State(cors): State<Arc<AnyOrigin>>,
     request: Request<Body>,
     next: Next,
 ) -> Response<Body> {
-    let preflight = request.method() == Method::OPTIONS;
+    let method = request.method().clone();
+    let had_origin = request.headers().contains_key(header::ORIGIN);
     let mut response = next.run(request).await;
-    let answer = response.headers_mut();
-    answer.insert(
-        header::ACCESS_CONTROL_ALLOW_ORIGIN,
-        HeaderValue::from_static("*"),
-    );
-    answer.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, headers.exposed);
-    if preflight {
-        answer.insert(
-            header::ACCESS_CONTROL_ALLOW_METHODS,
-            HeaderValue::from_static(STREAM_METHODS),
-        );
-        answer.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, headers.allowed);
-        answer.insert(
-            header::ACCESS_CONTROL_MAX_AGE,
-            HeaderValue::from_static(STREAM_PREFLIGHT_MAX_AGE),
-        );
-    }
+    cors.apply(&method, had_origin, response.headers_mut());
     response
 }
 

@@ -11,15 +11,18 @@
 use crate::client_addr::{is_trusted, ClientKey};
 use crate::config::ServerConfig;
 use crate::connection::{ConnectionHandle, Peer};
+use crate::handlers::streams::direct::Direct;
 use crate::lifecycle::turned_true;
 use crate::metrics::Limit;
 use crate::routes::router;
 use crate::state::{AppState, ServerState};
 use axum::extract::Request;
+use futures_util::future::Either;
 use gapless_client::Failure;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -111,7 +114,8 @@ pub async fn serve(
 /// As [`serve`].
 pub async fn serve_state(listener: TcpListener, state: AppState) -> std::io::Result<()> {
     let app = router(state.clone());
-    serve_router(listener, state, app).await
+    let direct = Direct::of(&state.0).map(Arc::new);
+    accept(listener, state, app, direct).await
 }
 
 /// Serves `app` — [`router`]`(state)` wrapped in the application's own
@@ -126,6 +130,18 @@ pub async fn serve_router(
     listener: TcpListener,
     state: AppState,
     app: axum::Router,
+) -> std::io::Result<()> {
+    accept(listener, state, app, None).await
+}
+
+/// The accept loop of [`serve_router`], with the stream route served by
+/// `direct` when given ([`Direct`]: only for the server's own router, whose
+/// stream route it answers as the router would).
+async fn accept(
+    listener: TcpListener,
+    state: AppState,
+    app: axum::Router,
+    direct: Option<Arc<Direct>>,
 ) -> std::io::Result<()> {
     let shared = Arc::clone(&state.0);
     let connections = Arc::new(Semaphore::new(shared.config.max_connections));
@@ -185,10 +201,23 @@ pub async fn serve_router(
             let handle = handle.clone();
             let app = app.clone();
             let peer = Peer(peer.ip());
+            let direct = direct.clone();
             tower::service_fn(move |mut request: Request<Incoming>| {
-                request.extensions_mut().insert(handle.clone());
-                request.extensions_mut().insert(peer);
-                app.clone().oneshot(request)
+                let stream_path = direct
+                    .as_ref()
+                    .and_then(|_| Direct::path_of(request.uri().path()));
+                match (direct.clone(), stream_path) {
+                    // Boxed: the handler's future is large, and moving it
+                    // through hyper's service glue by value copies it.
+                    (Some(direct), Some(path)) => Either::Left(Box::pin(async move {
+                        Ok::<_, Infallible>(direct.serve(path, request, peer).await)
+                    })),
+                    _ => {
+                        request.extensions_mut().insert(handle.clone());
+                        request.extensions_mut().insert(peer);
+                        Either::Right(app.clone().oneshot(request))
+                    }
+                }
             })
         };
         let connection = http

@@ -8,6 +8,7 @@ use super::numbering::{Numbering, ReadRefusal};
 use super::offset::{Offset, Start};
 use super::registry::Streams;
 use super::stream::Stream;
+use super::wire_page::WirePage;
 use bytes::Bytes;
 use std::future::Future;
 use std::sync::atomic::Ordering;
@@ -35,6 +36,9 @@ pub(crate) struct Page {
     pub(crate) content_type: String,
     /// JSON mode.
     pub(crate) json: bool,
+    /// The page already encoded for a catch-up answer
+    /// ([`Feed::read_catch_up`]); `payloads` is then empty.
+    pub(crate) wire: Option<WirePage>,
 }
 
 impl Page {
@@ -51,6 +55,11 @@ impl Page {
     /// The offset after the page.
     pub(crate) fn next(&self) -> Offset {
         self.numbering.offset_of(self.cursor)
+    }
+
+    /// Whether the page holds no message.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.payloads.is_empty() && self.wire.as_ref().is_none_or(|wire| wire.count == 0)
     }
 
     /// The seq of the page's first message.
@@ -91,6 +100,12 @@ pub(crate) trait Feed: Send + 'static {
     /// The messages after `cursor`, at most [`PAGE_BYTES`] (at least one
     /// when there is one). Changes after this call wake [`Feed::wait`].
     fn read(&mut self, cursor: u64) -> impl Future<Output = Result<Page, FeedEnd>> + Send;
+
+    /// [`Feed::read`] for a catch-up answer: the page may come encoded
+    /// ([`Page::wire`]) instead of as payloads.
+    fn read_catch_up(&mut self, cursor: u64) -> impl Future<Output = Result<Page, FeedEnd>> + Send {
+        self.read(cursor)
+    }
 
     /// Waits until the stream may have changed since the last read, or
     /// `timeout`: `false` when the time ran out.
@@ -150,6 +165,30 @@ impl Feed for LocalFeed {
             numbering: self.stream.numbering.clone(),
             content_type: self.stream.settings.content_type.clone(),
             json: self.stream.json,
+            wire: None,
+        })
+    }
+
+    async fn read_catch_up(&mut self, cursor: u64) -> Result<Page, FeedEnd> {
+        self.changed.borrow_and_update();
+        if self.ended() {
+            return Err(FeedEnd::Gone);
+        }
+        self.streams.touch(&self.stream);
+        let closed = self.stream.is_closed();
+        let wire = self
+            .stream
+            .wire_page_after(cursor, PAGE_BYTES, self.streams.budget())
+            .map_err(FeedEnd::Refused)?;
+        Ok(Page {
+            payloads: Vec::new(),
+            cursor: wire.cursor,
+            published: wire.published,
+            closed,
+            numbering: self.stream.numbering.clone(),
+            content_type: self.stream.settings.content_type.clone(),
+            json: self.stream.json,
+            wire: Some(wire),
         })
     }
 

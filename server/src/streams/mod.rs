@@ -34,6 +34,7 @@ pub(crate) mod shared_admission;
 pub(crate) mod shared_create;
 pub(crate) mod shared_feed;
 pub(crate) mod stream;
+pub(crate) mod wire_page;
 pub(crate) mod writes;
 
 pub(crate) use registry::Streams;

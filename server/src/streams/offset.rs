@@ -52,9 +52,39 @@ fn part(text: &str) -> Option<u64> {
     text.parse().ok()
 }
 
+/// The length of an offset's wire form.
+const WIRE_LEN: usize = 33;
+
+impl Offset {
+    /// The wire form's bytes, written without the formatting machinery
+    /// (every answer carries an offset): each part's 16 least significant
+    /// decimal digits, zero-padded, around `_`. A part past 16 digits is
+    /// never handed out ([`PART_LIMIT`]).
+    pub(crate) fn wire(&self) -> [u8; WIRE_LEN] {
+        let mut out = [b'0'; WIRE_LEN];
+        out[16] = b'_';
+        for (mut value, end) in [(self.generation, 16), (self.seq, WIRE_LEN)] {
+            for at in (end - 16..end).rev() {
+                out[at] = b'0' + (value % 10) as u8;
+                value /= 10;
+            }
+        }
+        out
+    }
+
+    /// The wire form as a header value.
+    pub(crate) fn header_value(&self) -> axum::http::HeaderValue {
+        // Digits and `_` are always a valid header value.
+        axum::http::HeaderValue::from_bytes(&self.wire())
+            .unwrap_or_else(|_| axum::http::HeaderValue::from_static(""))
+    }
+}
+
 impl fmt::Display for Offset {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:016}_{:016}", self.generation, self.seq)
+        let wire = self.wire();
+        // The wire form is ASCII digits and `_`.
+        f.write_str(std::str::from_utf8(&wire).map_err(|_| fmt::Error)?)
     }
 }
 
@@ -147,6 +177,21 @@ mod tests {
         }
         for offset in offsets {
             assert_eq!(Offset::parse(&offset.to_string()), Some(offset));
+        }
+    }
+
+    proptest::proptest! {
+        /// The hand-written wire form is the zero-padded decimal one.
+        #[test]
+        fn the_wire_form_is_two_zero_padded_decimals(
+            generation in 0..=super::PART_MAX,
+            seq in 0..=super::PART_MAX,
+        ) {
+            let offset = Offset { generation, seq };
+            let text = offset.to_string();
+            proptest::prop_assert_eq!(&text, &format!("{generation:016}_{seq:016}"));
+            proptest::prop_assert_eq!(offset.header_value().to_str().ok(), Some(text.as_str()));
+            proptest::prop_assert_eq!(Offset::parse(&text), Some(offset));
         }
     }
 

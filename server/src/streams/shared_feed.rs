@@ -114,6 +114,7 @@ impl<H: History> Feed for SharedFeed<H> {
             content_type: view.settings.content_type.clone(),
             numbering: view.numbering.clone(),
             payloads: Vec::new(),
+            wire: None,
         };
         for (seq, payload) in view.events {
             if seq != page.cursor + 1 {

@@ -249,7 +249,10 @@ pub(crate) struct Stream {
     /// The creating client's share, charged with everything the stream
     /// holds (its ring, producers, overhead): `None` for a stream made
     /// without a client address (tests, embedders).
-    client: Option<ClientCharge>,
+    pub(super) client: Option<ClientCharge>,
+    /// The last catch-up page built, for the next reader from the same
+    /// place (`wire_page`): charged while kept, dropped with the stream.
+    pub(super) kept_page: Mutex<Option<super::wire_page::KeptPage>>,
     /// The stream's own overhead and its path, charged.
     _overhead: Charge,
 }
@@ -354,6 +357,7 @@ impl Stream {
             producer_limits: new.producer_limits,
             publish_key: new.publish_key,
             client: new.client,
+            kept_page: Mutex::new(None),
             _overhead: overhead,
         })
     }

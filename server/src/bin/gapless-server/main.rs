@@ -11,6 +11,7 @@ mod serve_args;
 
 use clap::{Parser, Subcommand};
 use serve_args::ServeArgs;
+use std::io::IsTerminal as _;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -84,8 +85,9 @@ enum Command {
 fn main() -> ExitCode {
     keep_large_allocations_lazy();
     let cli = Cli::parse();
-    // `serve` logs each request (method, path with the ticket redacted,
-    // status, latency); the in-process runs only warnings. RUST_LOG wins.
+    // `serve` logs its lifecycle at INFO (and each request with
+    // `--access-log`); the in-process runs only warnings. RUST_LOG wins.
+    // Colour only on a terminal: escapes in a log file are noise.
     let default_filter = match cli.command {
         Command::Serve(_) => "info",
         // Every expected 503 past the session cap is an ERROR to tower-http.
@@ -94,6 +96,7 @@ fn main() -> ExitCode {
     };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),

@@ -103,6 +103,11 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     cors_origins: Vec<String>,
+    /// Log every request at INFO: method, path (session IDs and tickets
+    /// redacted), status and latency. Off by default; `RUST_LOG` still
+    /// filters what is logged.
+    #[arg(long, env = "GAPLESS_ACCESS_LOG")]
+    access_log: bool,
     /// Seconds a connection may take to send a request head.
     #[arg(long, env = "GAPLESS_HEADER_READ_TIMEOUT", default_value = "10", value_parser = seconds)]
     header_read_timeout: Duration,
@@ -220,6 +225,7 @@ impl ServeArgs {
             write_timeout: self.write_timeout,
             sse_retry: Duration::from_millis(self.sse_retry_ms),
             cors_origins: self.cors_origins.clone(),
+            access_log: self.access_log,
             header_read_timeout: self.header_read_timeout,
             body_read_timeout: self.body_read_timeout,
             max_connections: self.max_connections,

@@ -29,10 +29,21 @@ use axum::http::{header, HeaderMap, Method, Response, StatusCode};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// Every method on `/v1/stream/{*path}`.
+/// Every method on `/v1/stream/{*path}`, as a route of the router.
 pub(crate) async fn stream_route(
     Path(path): Path<String>,
     State(AppState(state)): State<AppState>,
+    request: Request,
+) -> Response<Body> {
+    serve_stream(&state, path, request).await
+}
+
+/// Every method on the stream at `path` (decoded): the one handler of the
+/// route, called by the router ([`stream_route`]) and by the server's
+/// direct dispatch ([`super::direct`]).
+pub(crate) async fn serve_stream(
+    state: &Arc<ServerState>,
+    path: String,
     request: Request,
 ) -> Response<Body> {
     let method = request.method().clone();
@@ -41,18 +52,18 @@ pub(crate) async fn stream_route(
         Ok(()) => match method {
             Method::OPTIONS => answer::preflight(),
             Method::PUT => match state.shared_streams.get() {
-                Some(shared) => create(&state, &**shared, path, request).await,
-                None => create(&state, &*state.streams, path, request).await,
+                Some(shared) => create(state, &**shared, path, request).await,
+                None => create(state, &*state.streams, path, request).await,
             },
             Method::POST => match state.shared_streams.get() {
-                Some(shared) => append(&state, &**shared, &path, request).await,
-                None => append(&state, &*state.streams, &path, request).await,
+                Some(shared) => append(state, &**shared, &path, request).await,
+                None => append(state, &*state.streams, &path, request).await,
             },
-            Method::GET => read(&state, &path, request).await,
-            Method::HEAD => head(&state, &path).await,
+            Method::GET => read(state, &path, request).await,
+            Method::HEAD => head(state, &path).await,
             Method::DELETE => match state.shared_streams.get() {
-                Some(shared) => delete(&state, &**shared, &path, request.headers()).await,
-                None => delete(&state, &*state.streams, &path, request.headers()).await,
+                Some(shared) => delete(state, &**shared, &path, request.headers()).await,
+                None => delete(state, &*state.streams, &path, request.headers()).await,
             },
             _ => answer::refusal(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -90,7 +101,7 @@ const SAFE_INTEGER: u64 = (1 << 53) - 1;
 /// ring's largest message if larger) and `--body-read-timeout`, read by
 /// the server's one body reader; over the limit, the rest is drained
 /// before the `413` ([`OverLimit::Drain`]).
-async fn body(state: &ServerState, request: Request) -> Result<bytes::Bytes, Response<Body>> {
+async fn body(state: &ServerState, body: Body) -> Result<bytes::Bytes, Response<Body>> {
     let config = &state.config;
     // A stream takes a body as large as its ring's largest message, at
     // least `--max-body`: the official client batches appends up to 1 MiB
@@ -98,7 +109,7 @@ async fn body(state: &ServerState, request: Request) -> Result<bytes::Bytes, Res
     let limit = config
         .max_body
         .max(config.ring().geometry().map_or(0, |g| g.max_payload()));
-    read_body(state, request.into_body(), limit, OverLimit::Drain)
+    read_body(state, body, limit, OverLimit::Drain)
         .await
         .map_err(|error| answer::body_refused(&error))
 }
@@ -148,8 +159,7 @@ async fn create(
         Ok(Client(client)) => client,
         Err(never) => match never {},
     };
-    let request = Request::from_parts(parts, body_stream);
-    let body = match body(state, request).await {
+    let body = match body(state, body_stream).await {
         Ok(body) => body,
         Err(refused) => return refused,
     };
@@ -206,7 +216,7 @@ fn created_response(
 ) -> Response<Body> {
     let mut builder = response(status)
         .header(header::CONTENT_TYPE, content_type)
-        .header(NEXT_OFFSET, tail.to_string());
+        .header(NEXT_OFFSET, tail.header_value());
     if let Some(location) = location {
         builder = builder.header(header::LOCATION, location);
     }
@@ -316,7 +326,8 @@ async fn append(
     path: &str,
     request: Request,
 ) -> Response<Body> {
-    let headers = request.headers().clone();
+    let (parts, body_stream) = request.into_parts();
+    let headers = parts.headers;
     let close = matches!(text(&headers, CLOSED), Ok(Some(v)) if v.eq_ignore_ascii_case("true"));
     let producer = match producer(&headers) {
         Ok(producer) => producer,
@@ -330,7 +341,7 @@ async fn append(
         Ok(value) => value.map(str::to_owned),
         Err(refused) => return refused,
     };
-    let body = match body(state, request).await {
+    let body = match body(state, body_stream).await {
         Ok(body) => body,
         Err(refused) => return refused,
     };
@@ -370,7 +381,7 @@ fn appended_response(
                 Some(_) if !body_empty => StatusCode::OK,
                 _ => StatusCode::NO_CONTENT,
             };
-            let mut builder = response(status).header(NEXT_OFFSET, tail.to_string());
+            let mut builder = response(status).header(NEXT_OFFSET, tail.header_value());
             if let Some((_, epoch, seq)) = producer {
                 builder = builder
                     .header(PRODUCER_EPOCH, epoch.to_string())
@@ -387,7 +398,7 @@ fn appended_response(
             tail,
         }) => {
             let mut builder =
-                response(StatusCode::NO_CONTENT).header(NEXT_OFFSET, tail.to_string());
+                response(StatusCode::NO_CONTENT).header(NEXT_OFFSET, tail.header_value());
             if let Some((_, epoch, _)) = producer {
                 builder = builder
                     .header(PRODUCER_EPOCH, epoch.to_string())
@@ -472,7 +483,7 @@ async fn head(state: &Arc<ServerState>, path: &str) -> Response<Body> {
 fn head_response(settings: &Settings, tail: Offset, closed: bool) -> Response<Body> {
     let mut builder = response(StatusCode::OK)
         .header(header::CONTENT_TYPE, settings.content_type.as_str())
-        .header(NEXT_OFFSET, tail.to_string())
+        .header(NEXT_OFFSET, tail.header_value())
         .header(header::CACHE_CONTROL, "no-store")
         .header(header::ETAG, answer::etag("-1", tail, closed));
     if closed {

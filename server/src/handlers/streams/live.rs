@@ -15,6 +15,7 @@ use crate::streams::feed::{Feed, FeedEnd, Page};
 use crate::streams::json_mode;
 use crate::streams::offset::Start;
 use crate::streams::stream::media_type;
+use crate::streams::wire_page;
 use axum::body::Body;
 use axum::http::{header, HeaderMap, Response, StatusCode};
 use base64::Engine as _;
@@ -53,7 +54,7 @@ pub(crate) async fn read<F: Feed>(
             is_binary(&started.content_type),
         ),
         Live::LongPoll => long_poll(state, feed, cursor, &query).await,
-        Live::No => match feed.read(cursor).await {
+        Live::No => match feed.read_catch_up(cursor).await {
             Ok(page) => page_response(&page, &query, headers),
             Err(end) => ended(&end),
         },
@@ -76,7 +77,7 @@ pub(crate) fn page_response(page: &Page, query: &ReadQuery, headers: &HeaderMap)
     }
     let mut builder = response(StatusCode::OK)
         .header(header::CONTENT_TYPE, page.content_type.as_str())
-        .header(NEXT_OFFSET, next.to_string())
+        .header(NEXT_OFFSET, next.header_value())
         .header(header::ETAG, etag);
     if query.live == Live::LongPoll {
         builder = builder.header(CURSOR, response_cursor(query.cursor.as_deref()));
@@ -94,32 +95,22 @@ pub(crate) fn page_response(page: &Page, query: &ReadQuery, headers: &HeaderMap)
     finish(builder.header(header::CONTENT_LENGTH, len), body)
 }
 
-/// The body of a page — its payloads one after the other, or one JSON
-/// array — and its length. The payloads go out as they are (slices of the
-/// ring's copy), not copied into one buffer.
+/// The body of a page and its length: the feed's encoding of it
+/// ([`Page::wire`]), or its payloads encoded here (`wire_page::encode`),
+/// in a few large buffers either way rather than a body chunk per message.
 fn body_of(page: &Page) -> (Body, usize) {
-    const OPEN: bytes::Bytes = bytes::Bytes::from_static(b"[");
-    const COMMA: bytes::Bytes = bytes::Bytes::from_static(b",");
-    const CLOSE: bytes::Bytes = bytes::Bytes::from_static(b"]");
-    let mut parts = Vec::with_capacity(page.payloads.len() * 2 + 2);
-    if page.json {
-        parts.push(OPEN);
-        for (i, payload) in page.payloads.iter().enumerate() {
-            if i > 0 {
-                parts.push(COMMA);
-            }
-            parts.push(payload.clone());
-        }
-        parts.push(CLOSE);
-    } else {
-        parts.extend(page.payloads.iter().cloned());
-    }
-    let len = parts.iter().map(bytes::Bytes::len).sum();
-    if parts.len() == 1 {
-        return (Body::from(parts.remove(0)), len);
-    }
-    let chunks = futures_util::stream::iter(parts.into_iter().map(Ok::<_, Infallible>));
-    (Body::from_stream(chunks), len)
+    let (mut chunks, len) = match &page.wire {
+        Some(wire) => (wire.chunks.clone(), wire.len),
+        None => wire_page::encode(&page.payloads, page.json),
+    };
+    let body = match chunks.len() {
+        0 => Body::empty(),
+        1 => Body::from(chunks.remove(0)),
+        _ => Body::from_stream(futures_util::stream::iter(
+            chunks.into_iter().map(Ok::<_, Infallible>),
+        )),
+    };
+    (body, len)
 }
 
 /// A long-poll read after `cursor`: data at once if there is some, else
@@ -137,7 +128,7 @@ async fn long_poll<F: Feed>(
         Ok(page) => page,
         Err(end) => return ended(&end),
     };
-    while page.payloads.is_empty() && !page.closed {
+    while page.is_empty() && !page.closed {
         let now = Instant::now();
         if now >= deadline {
             break;
@@ -155,11 +146,11 @@ async fn long_poll<F: Feed>(
             Err(end) => return ended(&end),
         };
     }
-    if !page.payloads.is_empty() {
+    if !page.is_empty() {
         return page_response(&page, query, &no_headers);
     }
     let mut builder = response(StatusCode::NO_CONTENT)
-        .header(NEXT_OFFSET, page.next().to_string())
+        .header(NEXT_OFFSET, page.next().header_value())
         .header(UP_TO_DATE, "true")
         .header(CURSOR, response_cursor(query.cursor.as_deref()));
     if page.at_closed_tail() {

@@ -9,9 +9,11 @@
 //! | `query` | what a read's query asks for |
 //! | `live` | catch-up, long-poll and SSE reads over a feed |
 //! | `http` | the route's handler: one function per method |
+//! | `direct` | the route served straight from hyper, beside the router |
 
 mod answer;
 mod cursor;
+pub(crate) mod direct;
 mod http;
 mod limits;
 mod live;

@@ -1,0 +1,84 @@
+//! The stream route served straight from hyper: the server's accept loop
+//! gives a request for `/v1/stream/{path}` to [`Direct::serve`] instead of
+//! the router, when the server runs its own routes and layers (`serve`)
+//! without `--cors-origin` or `--access-log`.
+//!
+//! The answer is the router's, byte for byte: the same handler
+//! ([`serve_stream`]), the path decoded as the router decodes it, the
+//! stream route's CORS ([`AnyOrigin`]), a panic answered `500` as
+//! [`panicked`] answers it, an error that is not JSON rewritten by
+//! [`json_errors`]. What it skips is the router's per-request work (route
+//! lookup, the layer stack's boxed futures and clones), which cost more
+//! CPU than an append itself. A request it does not recognise as the
+//! stream route's (a path that does not decode, say) goes to the router.
+
+use super::http::serve_stream;
+use crate::connection::Peer;
+use crate::layers::{json_errors, panicked, AnyOrigin};
+use crate::state::ServerState;
+use axum::body::Body;
+use axum::http::{header, Request, Response};
+use futures_util::FutureExt as _;
+use hyper::body::Incoming;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+/// The route's prefix; what follows it is the stream's path.
+const PREFIX: &str = "/v1/stream/";
+
+/// The stream route without the router, for one server.
+pub(crate) struct Direct {
+    state: Arc<ServerState>,
+    cors: AnyOrigin,
+}
+
+impl Direct {
+    /// The direct route of the server holding `state`, or `None` when its
+    /// configuration needs the router's layers: configured CORS origins
+    /// (tower-http's CORS answers for every route) or the access log.
+    pub(crate) fn of(state: &Arc<ServerState>) -> Option<Self> {
+        let config = &state.config;
+        (config.cors_origins.is_empty() && !config.access_log).then(|| Self {
+            state: Arc::clone(state),
+            cors: AnyOrigin::new(),
+        })
+    }
+
+    /// The stream's path (decoded) if `uri_path` is the route's, as the
+    /// router would capture it: a non-empty rest after [`PREFIX`] that
+    /// percent-decodes to UTF-8. `None` for anything else, which the router
+    /// answers.
+    pub(crate) fn path_of(uri_path: &str) -> Option<String> {
+        let rest = uri_path.strip_prefix(PREFIX)?;
+        if rest.is_empty() {
+            return None;
+        }
+        percent_encoding::percent_decode_str(rest)
+            .decode_utf8()
+            .ok()
+            .map(|path| path.into_owned())
+    }
+
+    /// Answers `request` to the stream at `path` (from [`Self::path_of`]),
+    /// sent by `peer`.
+    pub(crate) async fn serve(
+        &self,
+        path: String,
+        request: Request<Incoming>,
+        peer: Peer,
+    ) -> Response<Body> {
+        let method = request.method().clone();
+        let had_origin = request.headers().contains_key(header::ORIGIN);
+        let mut request = request.map(Body::new);
+        request.extensions_mut().insert(peer);
+        let answer = AssertUnwindSafe(serve_stream(&self.state, path, request))
+            .catch_unwind()
+            .await;
+        let mut response = match answer {
+            Ok(response) => json_errors(response).await,
+            Err(panic) => panicked(&self.state, panic),
+        };
+        self.cors.apply(&method, had_origin, response.headers_mut());
+        response
+    }
+}
