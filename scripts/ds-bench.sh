@@ -128,9 +128,19 @@ logdir="$(mktemp -d "${TMPDIR:-/tmp}/ds-bench-XXXXXX")"
 datadirs=()
 cleanup() {
     stop_servers "ds-bench: a server did not stop within 5 s: killed"
-    rm -rf "${datadirs[@]+"${datadirs[@]}"}"
+    rm -rf "${datadirs[@]+"${datadirs[@]}"}" "$logdir/bin"
 }
 stop_servers_on_exit cleanup
+
+# The whole run starts one gapless-server binary, a copy taken now: another
+# build may replace $bin while the run goes on.
+built=""
+if wants gapless; then
+    built=" (the binary of $(date -u -r "$bin" +%FT%TZ))"
+    mkdir "$logdir/bin"
+    cp "$bin" "$logdir/bin/gapless-server"
+    bin="$logdir/bin/gapless-server"
+fi
 
 free_port() {
     node -e 'const s = require("net").createServer().listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close() })'
@@ -204,7 +214,7 @@ if [ "$main_workloads" = 1 ]; then
 fi
 
 node_version="$(node -p "require('$suite/node_modules/@durable-streams/server/package.json').version")"
-note="Servers: \`gapless-server ${gapless[*]:1}\` (catchup_64mib: a second one with \`${gapless_bigring[*]:$((${#gapless[@]}))}\` added); \`durable-streams-server --host 127.0.0.1 --port P --data-dir (fresh) --durability memory|wal --long-poll-timeout-ms 20000\` (durable-streams 0.1.5, Rust); \`node conformance/reference-server.mjs ${reference[*]:2}\` (@durable-streams/server $node_version)."
+note="Servers: \`gapless-server ${gapless[*]:1}\`$built (catchup_64mib: a second one with \`${gapless_bigring[*]:$((${#gapless[@]}))}\` added); \`durable-streams-server --host 127.0.0.1 --port P --data-dir (fresh) --durability memory|wal --long-poll-timeout-ms 20000\` (durable-streams 0.1.5, Rust); \`node conformance/reference-server.mjs ${reference[*]:2}\` (@durable-streams/server $node_version)."
 if wants_workload rss_per_idle_stream; then
     note+=" rss_per_idle_stream: once per run, before the rounds, on a fresh process of each server alone: VmRSS before and 2 s after creating ${rss_streams} empty text/plain streams (32 PUTs in flight), ΔRSS ÷ streams created. The Rust server keeps each stream in files (their page cache is not in its RSS) with one fd open per stream; the open-files hard limit here was $hard."
 fi
