@@ -7,14 +7,13 @@
 use super::numbering::{Numbering, ReadRefusal};
 use super::offset::{Offset, Start};
 use super::registry::Streams;
-use super::stream::Stream;
+use super::stream::{Changes, Stream};
 use super::wire_page::WirePage;
 use bytes::Bytes;
 use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::watch;
 
 /// The most payload bytes one page carries (at least one message).
 pub(crate) const PAGE_BYTES: usize = 1 << 20;
@@ -115,7 +114,7 @@ pub(crate) trait Feed: Send + 'static {
 /// A stream of this process.
 pub(crate) struct LocalFeed {
     stream: Arc<Stream>,
-    changed: watch::Receiver<u64>,
+    changed: Changes,
     /// Every read restarts the stream's TTL and idle clocks: a stream
     /// followed by a live reader stays.
     streams: Arc<Streams>,
@@ -123,7 +122,7 @@ pub(crate) struct LocalFeed {
 
 impl LocalFeed {
     pub(crate) fn new(stream: Arc<Stream>, streams: Arc<Streams>) -> Self {
-        let changed = stream.subscribe();
+        let changed = Changes::of(Arc::clone(&stream));
         Self {
             stream,
             changed,
@@ -147,7 +146,7 @@ impl Feed for LocalFeed {
 
     async fn read(&mut self, cursor: u64) -> Result<Page, FeedEnd> {
         // Marked seen before the read: a change after it wakes `wait`.
-        self.changed.borrow_and_update();
+        self.changed.mark_seen();
         if self.ended() {
             return Err(FeedEnd::Gone);
         }
@@ -170,7 +169,7 @@ impl Feed for LocalFeed {
     }
 
     async fn read_catch_up(&mut self, cursor: u64) -> Result<Page, FeedEnd> {
-        self.changed.borrow_and_update();
+        self.changed.mark_seen();
         if self.ended() {
             return Err(FeedEnd::Gone);
         }
@@ -193,9 +192,6 @@ impl Feed for LocalFeed {
     }
 
     async fn wait(&mut self, timeout: Duration) -> bool {
-        matches!(
-            tokio::time::timeout(timeout, self.changed.changed()).await,
-            Ok(Ok(()))
-        )
+        self.changed.wait(timeout).await
     }
 }

@@ -190,7 +190,8 @@ mod tests {
             let offset = Offset { generation, seq };
             let text = offset.to_string();
             proptest::prop_assert_eq!(&text, &format!("{generation:016}_{seq:016}"));
-            proptest::prop_assert_eq!(offset.header_value().to_str().ok(), Some(text.as_str()));
+            let value = offset.header_value();
+            proptest::prop_assert_eq!(value.to_str().ok(), Some(text.as_str()));
             proptest::prop_assert_eq!(Offset::parse(&text), Some(offset));
         }
     }

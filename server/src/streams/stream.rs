@@ -21,13 +21,12 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
-use tokio::sync::watch;
 
 /// The first ring's events: a stream costs what it holds, not its
 /// configured retention.
-const FIRST_EVENTS: usize = 16;
+const FIRST_EVENTS: usize = 4;
 /// The first ring's payload bytes.
-const FIRST_BYTES: usize = 16 << 10;
+const FIRST_BYTES: usize = 256;
 
 /// What a stream keeps of its idempotent producers, as Kafka bounds its
 /// producer state: an entry expires after `idle` without an append, and a
@@ -182,10 +181,68 @@ pub(crate) struct Chunk {
     pub(crate) published: u64,
 }
 
+/// The ring every stream created empty reads as until its first message:
+/// no writer exists for it (the one `Writer` that built it is dropped), so
+/// it stays empty, at seq 0.
+fn empty_ring() -> &'static Arc<Ring<SingleWriter>> {
+    static EMPTY: std::sync::OnceLock<Arc<Ring<SingleWriter>>> = std::sync::OnceLock::new();
+    EMPTY.get_or_init(|| {
+        // A valid geometry: the defaults shrunk to the first ring's.
+        let config = Config::default().events(FIRST_EVENTS).bytes(FIRST_BYTES);
+        match Writer::try_new(config) {
+            Ok(writer) => Arc::clone(writer.ring()),
+            Err(error) => unreachable!("the first ring's geometry is valid: {error}"),
+        }
+    })
+}
+
+/// A reader's view of a stream's changes: mark what it read, then wait
+/// for anything after.
+pub(crate) struct Changes {
+    stream: Arc<Stream>,
+    /// The version the last read saw.
+    seen: u64,
+}
+
+impl Changes {
+    /// Changes of `stream`, from its current version.
+    pub(crate) fn of(stream: Arc<Stream>) -> Self {
+        let seen = stream.version.load(Ordering::SeqCst);
+        Self { stream, seen }
+    }
+
+    /// Marks the current version seen: call before reading, so a change
+    /// after the read wakes [`Self::wait`].
+    pub(crate) fn mark_seen(&mut self) {
+        self.seen = self.stream.version.load(Ordering::SeqCst);
+    }
+
+    /// Waits until the version passes the one seen, or `timeout`: `false`
+    /// when the time ran out. The waiter registers before it checks the
+    /// version, and a writer bumps the version before it notifies: a
+    /// change either shows in the check or wakes the registered waiter.
+    pub(crate) async fn wait(&mut self, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.stream.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.stream.version.load(Ordering::SeqCst) != self.seen {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return false;
+            }
+        }
+    }
+}
+
 /// The writer's side, under the stream's lock.
 struct Tail {
-    /// Emits to the current ring.
-    writer: Writer,
+    /// Emits to the current ring; `None` while the stream has never had a
+    /// ring of its own: it then reads as [`empty_ring`], and its first
+    /// emit grows it to one. An idle stream costs no ring.
+    writer: Option<Writer>,
     /// The payload words of each message the current ring retains,
     /// oldest first (its length is the messages retained)...
     sizes: VecDeque<usize>,
@@ -220,9 +277,12 @@ pub(crate) struct Stream {
     tail: Mutex<Tail>,
     /// Mirrors the closure, for readers.
     closed: AtomicBool,
-    /// Bumped on every append, closure and deletion: live readers wait on
-    /// it.
-    changed: watch::Sender<u64>,
+    /// Bumped on every append, closure and deletion, before
+    /// [`Self::changed`] is notified.
+    version: AtomicU64,
+    /// Live readers wait on it ([`Changes`]): a `Notify` of a few words
+    /// where a `watch` channel took 400 bytes per stream, idle or not.
+    changed: tokio::sync::Notify,
     /// Deleted (or expired): live readers end.
     pub(crate) gone: AtomicBool,
     /// Deleted while forks of it live: answers `410`, the path is not
@@ -308,8 +368,16 @@ impl Stream {
             new.inherited.iter().map(|p| p.len()).max().unwrap_or(0),
         )
         .start_after(new.ring_start);
-        let writer = Writer::try_new(first).map_err(|e| MakeError::Config(e.to_string()))?;
-        let footprint = footprint(&first)?;
+        // A stream created empty takes a ring at its first message.
+        let empty = new.inherited.is_empty() && new.ring_start == 0;
+        let writer = match empty {
+            true => None,
+            false => Some(Writer::try_new(first).map_err(|e| MakeError::Config(e.to_string()))?),
+        };
+        let footprint = match empty {
+            true => 0,
+            false => footprint(&first)?,
+        };
         let charge = |amount| {
             take_charge(budget, new.client.as_ref(), amount).map_err(|refusal| match refusal {
                 ChargeRefusal::Budget => MakeError::MemoryBudget,
@@ -329,14 +397,17 @@ impl Stream {
             closed_by: None,
         };
         for payload in &new.inherited {
-            let max = tail.writer.ring().max_payload();
-            tail.writer.emit(payload).map_err(|_| MakeError::TooLarge {
+            let Some(writer) = tail.writer.as_mut() else {
+                unreachable!("a stream that inherits messages has its ring");
+            };
+            let max = writer.ring().max_payload();
+            writer.emit(payload).map_err(|_| MakeError::TooLarge {
                 len: payload.len(),
                 max,
             })?;
             tail.held(payload.len().div_ceil(8));
         }
-        let ring = Arc::clone(tail.writer.ring());
+        let ring = Arc::clone(tail.ring());
         let json = media_type(&new.settings.content_type) == "application/json";
         Ok(Self {
             path: new.path,
@@ -347,7 +418,8 @@ impl Stream {
             ring: Mutex::new(ring),
             tail: Mutex::new(tail),
             closed: AtomicBool::new(new.closed),
-            changed: watch::Sender::new(0),
+            version: AtomicU64::new(0),
+            changed: tokio::sync::Notify::new(),
             gone: AtomicBool::new(false),
             soft_deleted: AtomicBool::new(false),
             forks: AtomicUsize::new(0),
@@ -443,15 +515,12 @@ impl Stream {
         Ok(chunk)
     }
 
-    /// The signal to wait on for anything after what the caller read:
-    /// subscribe before reading, then wait on it.
-    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
-        self.changed.subscribe()
-    }
-
-    /// Wakes live readers (an append, a closure, a deletion).
+    /// Wakes live readers (an append, a closure, a deletion): the
+    /// version first, then the waiters, so a reader that registered after
+    /// the notification sees the new version ([`Changes::wait`]).
     pub(crate) fn wake(&self) {
-        self.changed.send_modify(|version| *version += 1);
+        self.version.fetch_add(1, Ordering::SeqCst);
+        self.changed.notify_waiters();
     }
 
     /// `amount` of the budget and of the creating client's share.
@@ -522,7 +591,7 @@ impl Stream {
         if self.gone.load(Ordering::Acquire) || self.soft_deleted.load(Ordering::Acquire) {
             return Err(AppendRefusal::Gone);
         }
-        let tail_now = self.offset_of(tail.writer.ring().published());
+        let tail_now = self.offset_of(tail.ring().published());
         let known = request
             .producer
             .and_then(|(id, _, _)| tail.producer(id, now, self.producer_limits.idle));
@@ -567,7 +636,7 @@ impl Stream {
                 .map(|(id, epoch, seq)| (id.to_owned(), epoch, seq));
         }
         self.last_access_ms.store(now, Ordering::Relaxed);
-        let tail_offset = self.offset_of(tail.writer.ring().published());
+        let tail_offset = self.offset_of(tail.ring().published());
         drop(tail);
         self.wake();
         Ok(Appended::Done {
@@ -608,7 +677,7 @@ impl Stream {
                 max: full_max,
             });
         }
-        let ring = Arc::clone(tail.writer.ring());
+        let ring = Arc::clone(tail.ring());
         let geometry = ring.geometry();
         let words = payload.len().div_ceil(8);
         // Grow while a dimension the ring is short of can still grow: a
@@ -620,11 +689,14 @@ impl Stream {
         let short_of_bytes = ((tail.words + words) * 8 > geometry.bytes() / 2
             || payload.len() > geometry.max_payload())
             && full.is_some_and(|full| geometry.bytes() < full.bytes());
-        if short_of_events || short_of_bytes {
+        if short_of_events || short_of_bytes || tail.writer.is_none() {
             self.grow(tail, &ring, payload.len(), budget)?;
         }
-        let max = tail.writer.ring().max_payload();
-        tail.writer.emit(payload).map_err(|error| match error {
+        let Some(writer) = tail.writer.as_mut() else {
+            unreachable!("grow gives the stream a ring of its own");
+        };
+        let max = writer.ring().max_payload();
+        writer.emit(payload).map_err(|error| match error {
             EmitError::TooLarge { .. } => AppendRefusal::TooLarge {
                 len: payload.len(),
                 max,
@@ -656,7 +728,7 @@ impl Stream {
             incoming,
         )
         .start_after(old.first_retained().saturating_sub(1));
-        if config.geometry().is_ok_and(|g| g == old.geometry()) {
+        if tail.writer.is_some() && config.geometry().is_ok_and(|g| g == old.geometry()) {
             // Nothing larger to move to.
             return Ok(());
         }
@@ -679,7 +751,7 @@ impl Stream {
             }
         }
         *self.ring.lock().unwrap_or_else(PoisonError::into_inner) = Arc::clone(writer.ring());
-        tail.writer = writer;
+        tail.writer = Some(writer);
         tail.sizes = sizes;
         tail.words = words;
         tail.memory = memory;
@@ -821,13 +893,21 @@ impl Tail {
         );
     }
 
+    /// The ring the writer emits to ([`empty_ring`] before the first).
+    fn ring(&self) -> &Arc<Ring<SingleWriter>> {
+        match &self.writer {
+            Some(writer) => writer.ring(),
+            None => empty_ring(),
+        }
+    }
+
     /// Counts a message of `words` just emitted, and forgets those the
     /// ring no longer retains: the counts are what the ring holds, not
     /// what went through it.
     fn held(&mut self, words: usize) {
         self.sizes.push_back(words);
         self.words += words;
-        let ring = self.writer.ring();
+        let ring = self.ring();
         let retained = (ring.published() + 1).saturating_sub(ring.first_retained());
         while self.sizes.len() as u64 > retained {
             match self.sizes.pop_front() {

@@ -44,20 +44,29 @@ fn with_producers(
     .expect("a stream")
 }
 
-/// A stream starts with a small ring and grows by doubling; once one
-/// dimension is at its configured size (events here, with small
-/// messages), appends evict by it and never rebuild the ring again.
+/// A stream created empty costs no ring; its first message gives it a
+/// small one, which grows by doubling; once one dimension is at its
+/// configured size (events here, with small messages), appends evict by
+/// it and never rebuild the ring again.
+///
+/// Fails when a stream is created with a ring of its own (the first
+/// assertion), or when a full ring is rebuilt per append.
 #[test]
 fn a_ring_at_its_configured_events_is_not_rebuilt_per_append() {
     let budget = Bounded::new(u64::MAX);
     let full = Config::default().events(64).bytes(4 << 20);
     let stream = stream(full, &budget);
-    let first = stream.ring().geometry().footprint() as u64;
     let overhead = super::STREAM_OVERHEAD_BYTES + "s".len() as u64;
+    assert_eq!(budget.held(), overhead, "an empty stream costs no ring");
+    assert_eq!(stream.ring().published(), 0);
+    stream
+        .append(b"first", &AppendRequest::default(), &budget)
+        .expect("append");
+    let first = stream.ring().geometry().footprint() as u64;
     assert_eq!(budget.held(), first + overhead, "it costs its first ring");
     let mut rebuilt = 0;
     let mut ring = stream.ring();
-    for n in 0..1000u32 {
+    for n in 1..1000u32 {
         stream
             .append(
                 format!("{n:08}").as_bytes(),
@@ -181,19 +190,21 @@ fn an_idle_producer_is_forgotten() {
 #[test]
 fn a_new_producer_past_the_budget_stores_nothing() {
     use crate::streams::rules::AppendRefusal;
-    let full = Config::default().events(16).bytes(16 << 10);
-    let ring = full.geometry().expect("a ring").footprint() as u64;
-    // The stream, its ring and one byte's transient copy: no room for
-    // an entry.
-    let overhead = super::STREAM_OVERHEAD_BYTES + "s".len() as u64;
-    let budget = Bounded::new(ring + overhead + 1);
-    let stream = stream(full, &budget);
+    // A ring that is its own first ring: appends never grow it.
+    let full = Config::default().events(4).bytes(256);
+    let roomy = Bounded::new(u64::MAX);
+    let stream = stream(full, &roomy);
+    stream
+        .append(b"x", &AppendRequest::default(), &roomy)
+        .expect("its first ring");
+    // One byte to spare: no room for an entry.
+    let budget = Bounded::new(1);
     assert_eq!(
-        stream.append(b"x", &produce("p", 0, 0), &budget),
+        stream.append(b"y", &produce("p", 0, 0), &budget),
         Err(AppendRefusal::MemoryBudget)
     );
-    assert_eq!(stream.ring().published(), 0);
+    assert_eq!(stream.ring().published(), 1);
     stream
-        .append(b"x", &AppendRequest::default(), &budget)
+        .append(b"y", &AppendRequest::default(), &budget)
         .expect("an append without a producer still fits");
 }

@@ -148,8 +148,10 @@ async fn a_stream_costs_what_it_holds_however_much_went_through_it() {
 }
 
 /// Guarantee 5 (the budget): with a memory budget of exactly one ring of
-/// the configured size (32 events, 32 KiB), a stream starts (its first
-/// ring is smaller), but the append that needs its ring to grow is `503
+/// the configured size (32 events, 32 KiB), a stream starts (it takes a
+/// ring at its first message, smaller), but with 1,000-byte messages the
+/// append that needs its ring to grow to the configured bytes (holding the
+/// old ring while it copies) is `503
 /// memory_budget_exceeded` (before the 17th: a ring smaller than the
 /// configured one never evicts), and after it the stream is unchanged:
 /// the same messages from `-1`, the same tail, the same reserved bytes,
@@ -168,7 +170,9 @@ async fn an_append_whose_growth_the_budget_refuses_is_503_and_changes_nothing() 
         config.memory_budget = MemoryBudget::Bytes(full);
         let (server, client) = start(config).await;
         let ct = "text/plain";
-        let body = |n: u64| format!("m{n:04};").into_bytes();
+        // Messages large enough that the ring grows by its bytes.
+        let text = |n: u64| format!("m{n:04};{}", "x".repeat(994));
+        let body = |n: u64| text(n).into_bytes();
         let mut offsets = vec![create(&client, "m", ct).await];
         let mut refused = None;
         for n in 1..=32 {
@@ -199,7 +203,7 @@ async fn an_append_whose_growth_the_budget_refuses_is_503_and_changes_nothing() 
             "append {n}: a ring that evicts before the configured size"
         );
 
-        let expected: String = (1..n).map(|i| format!("m{i:04};")).collect();
+        let expected: String = (1..n).map(text).collect();
         let unchanged = |what: String| {
             let client = client.clone();
             let expected = expected.clone();

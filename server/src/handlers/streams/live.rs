@@ -230,33 +230,37 @@ impl<F: Feed> SseReader<F> {
             // ends; a reconnect from the last offset sent gets the answer
             // (a 410 with its figures when retention overtook it).
             let page = self.feed.read(self.cursor).await.ok()?;
+            let cursor = response_cursor(self.client_cursor.as_deref());
             if !page.payloads.is_empty() || !self.started {
                 self.started = true;
-                let mut out = Vec::new();
+                // A data event and a control event per message: the
+                // payload plus about 160 bytes of framing.
+                let framed: usize = page.payloads.iter().map(|p| p.len() + 160).sum();
+                let mut out = Vec::with_capacity(framed.max(160));
                 // Each data event is followed by its control event, so a
                 // reader cut anywhere resumes exactly after what it got.
                 for (seq, payload) in (page.first()..).zip(&page.payloads) {
                     data_event(&mut out, payload, self.binary, page.json);
                     self.cursor = seq;
                     let last = seq == page.cursor;
-                    self.control_event(&mut out, &page, last && page.up_to_date());
+                    self.control_event(&mut out, &page, last && page.up_to_date(), &cursor);
                 }
                 if page.payloads.is_empty() {
-                    self.control_event(&mut out, &page, page.up_to_date());
+                    self.control_event(&mut out, &page, page.up_to_date(), &cursor);
                 }
                 self.quiet_since = Instant::now();
                 return Some(out.into());
             }
             if page.closed {
                 let mut out = Vec::new();
-                self.control_event(&mut out, &page, true);
+                self.control_event(&mut out, &page, true, &cursor);
                 return Some(out.into());
             }
             let wake_at = self.quiet_since + keep_alive;
             let now = Instant::now();
             if now >= wake_at {
                 let mut out = Vec::new();
-                self.control_event(&mut out, &page, true);
+                self.control_event(&mut out, &page, true, &cursor);
                 self.quiet_since = now;
                 return Some(out.into());
             }
@@ -270,28 +274,29 @@ impl<F: Feed> SseReader<F> {
     /// The control event after what was sent: the next offset, and either
     /// the stream's closure (at its closed tail: the last event) or the
     /// cursor and whether the reader is up to date.
-    fn control_event(&mut self, out: &mut Vec<u8>, page: &Page, up_to_date: bool) {
-        let next = page.numbering.offset_of(self.cursor);
-        let control = if page.closed && self.cursor >= page.published {
+    fn control_event(&mut self, out: &mut Vec<u8>, page: &Page, up_to_date: bool, cursor: &str) {
+        let next = page.numbering.offset_of(self.cursor).wire();
+        // The object as `serde_json` writes it (keys sorted), written by
+        // hand: one per message. Offsets are digits and `_`, the cursor
+        // digits: nothing to escape.
+        let mut control = Vec::with_capacity(112);
+        if page.closed && self.cursor >= page.published {
             self.done = true;
-            serde_json::json!({ "streamNextOffset": next.to_string(), "streamClosed": true })
+            control.extend_from_slice(b"{\"streamClosed\":true,\"streamNextOffset\":\"");
+            control.extend_from_slice(&next);
+            control.extend_from_slice(b"\"}");
         } else {
-            let cursor = response_cursor(self.client_cursor.as_deref());
-            match up_to_date {
-                true => serde_json::json!({
-                    "streamNextOffset": next.to_string(),
-                    "streamCursor": cursor,
-                    "upToDate": true,
-                }),
-                false => serde_json::json!({
-                    "streamNextOffset": next.to_string(),
-                    "streamCursor": cursor,
-                }),
-            }
-        };
+            control.extend_from_slice(b"{\"streamCursor\":\"");
+            control.extend_from_slice(cursor.as_bytes());
+            control.extend_from_slice(b"\",\"streamNextOffset\":\"");
+            control.extend_from_slice(&next);
+            control.extend_from_slice(match up_to_date {
+                true => b"\",\"upToDate\":true}",
+                false => b"\"}",
+            });
+        }
         // Cannot fail: the text is UTF-8 and the event type is fixed.
-        let _ =
-            gapless::sse::encode_unnumbered_tight(out, "control", control.to_string().as_bytes());
+        let _ = gapless::sse::encode_unnumbered_tight(out, "control", &control);
     }
 }
 
@@ -308,10 +313,10 @@ fn data_event(out: &mut Vec<u8>, payload: &[u8], binary: bool, json: bool) {
         json_mode::array(&mut array, [payload]);
         array.into()
     } else {
-        String::from_utf8_lossy(payload)
-            .into_owned()
-            .into_bytes()
-            .into()
+        match String::from_utf8_lossy(payload) {
+            std::borrow::Cow::Borrowed(text) => text.as_bytes().into(),
+            std::borrow::Cow::Owned(text) => text.into_bytes().into(),
+        }
     };
     // Cannot fail: the text is UTF-8 and the event type is fixed.
     let _ = gapless::sse::encode_unnumbered_tight(out, "data", &text);
