@@ -15,8 +15,16 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The most payload bytes one page carries (at least one message).
+/// The most payload bytes one page carries (at least one message): a
+/// live read's batch, and a read from the shared history (one call).
 pub(crate) const PAGE_BYTES: usize = 1 << 20;
+
+/// The most payload bytes a catch-up answer from this process's ring
+/// carries: the ring is in memory, so a large stream is read in a few
+/// round trips rather than one per MiB (a stream at the default
+/// retention, 4 MiB, in one). The page is built in buffers of 64 KiB
+/// (`wire_page`).
+pub(crate) const CATCH_UP_PAGE_BYTES: usize = 16 << 20;
 
 /// One page of a stream after a cursor, and the stream as the read saw it.
 #[derive(Debug, Default)]
@@ -177,7 +185,7 @@ impl Feed for LocalFeed {
         let closed = self.stream.is_closed();
         let wire = self
             .stream
-            .wire_page_after(cursor, PAGE_BYTES, self.streams.budget())
+            .wire_page_after(cursor, CATCH_UP_PAGE_BYTES, self.streams.budget())
             .map_err(FeedEnd::Refused)?;
         Ok(Page {
             payloads: Vec::new(),

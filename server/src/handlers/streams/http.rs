@@ -25,7 +25,7 @@ use crate::streams::stream::{media_type, Settings};
 use crate::streams::writes::{Found, StreamWrites};
 use axum::body::Body;
 use axum::extract::{FromRequestParts, Path, Request, State};
-use axum::http::{header, HeaderMap, Method, Response, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, Method, Response, StatusCode};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -75,8 +75,26 @@ pub(crate) async fn serve_stream(
     }
 }
 
+/// The request headers the route reads, as header names made once: a
+/// lookup by `&str` parses the name again on every request.
+mod names {
+    use axum::http::HeaderName;
+
+    pub(super) const CLOSED: HeaderName = HeaderName::from_static(super::CLOSED);
+    pub(super) const TTL: HeaderName = HeaderName::from_static(super::TTL);
+    pub(super) const EXPIRES_AT: HeaderName = HeaderName::from_static(super::EXPIRES_AT);
+    pub(super) const FORKED_FROM: HeaderName = HeaderName::from_static("stream-forked-from");
+    pub(super) const FORK_OFFSET: HeaderName = HeaderName::from_static("stream-fork-offset");
+    pub(super) const FORK_SUB_OFFSET: HeaderName =
+        HeaderName::from_static("stream-fork-sub-offset");
+    pub(super) const STREAM_SEQ: HeaderName = HeaderName::from_static("stream-seq");
+    pub(super) const PRODUCER_ID: HeaderName = HeaderName::from_static("producer-id");
+    pub(super) const PRODUCER_EPOCH: HeaderName = HeaderName::from_static(super::PRODUCER_EPOCH);
+    pub(super) const PRODUCER_SEQ: HeaderName = HeaderName::from_static(super::PRODUCER_SEQ);
+}
+
 /// One header's value as text; `Err` for a value that is not.
-fn text<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, Response<Body>> {
+fn text<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Result<Option<&'a str>, Response<Body>> {
     match headers.get(name) {
         None => Ok(None),
         Some(value) => value
@@ -153,7 +171,8 @@ async fn create(
         Ok(settings) => settings,
         Err(refused) => return refused,
     };
-    let closed = matches!(text(&headers, CLOSED), Ok(Some(v)) if v.eq_ignore_ascii_case("true"));
+    let closed =
+        matches!(text(&headers, &names::CLOSED), Ok(Some(v)) if v.eq_ignore_ascii_case("true"));
     let (mut parts, body_stream) = request.into_parts();
     let client = match Client::from_request_parts(&mut parts, &AppState(Arc::clone(state))).await {
         Ok(Client(client)) => client,
@@ -241,7 +260,7 @@ fn location(headers: &HeaderMap, uri_path: &str) -> String {
 
 /// The settings a create's headers ask for.
 fn settings(headers: &HeaderMap) -> Result<Settings, Response<Body>> {
-    let content_type = text(headers, "content-type")?
+    let content_type = text(headers, &header::CONTENT_TYPE)?
         .map(str::trim)
         .filter(|t| {
             let media = t.split(';').next().unwrap_or_default();
@@ -251,8 +270,8 @@ fn settings(headers: &HeaderMap) -> Result<Settings, Response<Body>> {
         })
         .unwrap_or_default()
         .to_owned();
-    let ttl = text(headers, TTL)?;
-    let expires = text(headers, EXPIRES_AT)?;
+    let ttl = text(headers, &names::TTL)?;
+    let expires = text(headers, &names::EXPIRES_AT)?;
     if ttl.is_some() && expires.is_some() {
         return Err(answer::bad_request(
             "Stream-TTL and Stream-Expires-At cannot both be given",
@@ -274,15 +293,15 @@ fn settings(headers: &HeaderMap) -> Result<Settings, Response<Body>> {
             Some((value.to_owned(), std::time::SystemTime::from(at)))
         }
     };
-    let forked_from = text(headers, "stream-forked-from")?.map(fork_source);
-    let fork_offset = match text(headers, "stream-fork-offset")? {
+    let forked_from = text(headers, &names::FORKED_FROM)?.map(fork_source);
+    let fork_offset = match text(headers, &names::FORK_OFFSET)? {
         None => None,
         Some(value) => Some(
             Offset::parse(value)
                 .ok_or_else(|| answer::bad_request("Stream-Fork-Offset is not an offset"))?,
         ),
     };
-    let fork_sub_offset = match text(headers, "stream-fork-sub-offset")? {
+    let fork_sub_offset = match text(headers, &names::FORK_SUB_OFFSET)? {
         None => 0,
         Some(value) => {
             if forked_from.is_none() {
@@ -328,16 +347,17 @@ async fn append(
 ) -> Response<Body> {
     let (parts, body_stream) = request.into_parts();
     let headers = parts.headers;
-    let close = matches!(text(&headers, CLOSED), Ok(Some(v)) if v.eq_ignore_ascii_case("true"));
+    let close =
+        matches!(text(&headers, &names::CLOSED), Ok(Some(v)) if v.eq_ignore_ascii_case("true"));
     let producer = match producer(&headers) {
         Ok(producer) => producer,
         Err(refused) => return refused,
     };
-    let stream_seq = match text(&headers, "stream-seq") {
+    let stream_seq = match text(&headers, &names::STREAM_SEQ) {
         Ok(seq) => seq.map(str::to_owned),
         Err(refused) => return refused,
     };
-    let content_type = match text(&headers, "content-type") {
+    let content_type = match text(&headers, &header::CONTENT_TYPE) {
         Ok(value) => value.map(str::to_owned),
         Err(refused) => return refused,
     };
@@ -426,9 +446,9 @@ fn appended_response(
 
 /// The idempotent producer's headers: all three or none.
 fn producer(headers: &HeaderMap) -> Result<Option<(String, u64, u64)>, Response<Body>> {
-    let id = text(headers, "producer-id")?;
-    let epoch = text(headers, PRODUCER_EPOCH)?;
-    let seq = text(headers, PRODUCER_SEQ)?;
+    let id = text(headers, &names::PRODUCER_ID)?;
+    let epoch = text(headers, &names::PRODUCER_EPOCH)?;
+    let seq = text(headers, &names::PRODUCER_SEQ)?;
     match (id, epoch, seq) {
         (None, None, None) => Ok(None),
         (Some(id), Some(epoch), Some(seq)) => {
