@@ -41,6 +41,8 @@
 //! | `handlers` | one handler per route (the Durable Streams routes in `handlers::streams`) |
 //! | `layers` | request logs (session IDs as tags, tickets redacted), panic → 500, JSON errors, CORS ([`with_layers`]) |
 //! | `routes` | [`router`], [`routes`] |
+//! | `direct_route` | the Durable Streams route served straight from hyper, beside the router (same handler, same answers) |
+//! | `head_timeout` | the request-head timeout, one clock per connection instead of a timer per request |
 //! | `serve` | the accept loop: connection limits, header-read timeout, two-phase shutdown |
 //!
 //! The wire bodies are `gapless_client::wire` types, so this server and the
@@ -54,11 +56,13 @@ mod client_addr;
 mod config;
 mod connection;
 mod delivery;
+mod direct_route;
 mod entry;
 mod error;
 mod exposure;
 mod extract;
 mod handlers;
+mod head_timeout;
 mod history;
 mod ids;
 mod json;

@@ -11,16 +11,18 @@
 use crate::client_addr::{is_trusted, ClientKey};
 use crate::config::ServerConfig;
 use crate::connection::{ConnectionHandle, Peer};
-use crate::handlers::streams::direct::Direct;
+use crate::direct_route::Direct;
+use crate::head_timeout::{AnsweredOnDrop, HeadClock};
 use crate::lifecycle::turned_true;
 use crate::metrics::Limit;
 use crate::routes::router;
 use crate::state::{AppState, ServerState};
 use axum::extract::Request;
 use futures_util::future::Either;
+use futures_util::FutureExt as _;
 use gapless_client::Failure;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -145,9 +147,9 @@ async fn accept(
 ) -> std::io::Result<()> {
     let shared = Arc::clone(&state.0);
     let connections = Arc::new(Semaphore::new(shared.config.max_connections));
-    let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new())
-        .header_read_timeout(shared.config.header_read_timeout);
+    // No hyper timer: the request-head timeout is the connection task's
+    // (`head_timeout`), not a timer per request.
+    let http = hyper::server::conn::http1::Builder::new();
     let mut shutdown = shared.lifecycle.shutdown.clone();
     loop {
         let (tcp, peer) = tokio::select! {
@@ -197,16 +199,20 @@ async fn accept(
             }
         };
         let handle = ConnectionHandle::default();
+        let clock = Arc::new(HeadClock::new());
         let service = {
             let handle = handle.clone();
+            let clock = Arc::clone(&clock);
             let app = app.clone();
             let peer = Peer(peer.ip());
             let direct = direct.clone();
             tower::service_fn(move |mut request: Request<Incoming>| {
+                clock.head_arrived();
+                let clock = Arc::clone(&clock);
                 let stream_path = direct
                     .as_ref()
                     .and_then(|_| Direct::path_of(request.uri().path()));
-                match (direct.clone(), stream_path) {
+                let answer = match (direct.clone(), stream_path) {
                     // Boxed: the handler's future is large, and moving it
                     // through hyper's service glue by value copies it.
                     (Some(direct), Some(path)) => Either::Left(Box::pin(async move {
@@ -217,13 +223,16 @@ async fn accept(
                         request.extensions_mut().insert(peer);
                         Either::Right(app.clone().oneshot(request))
                     }
-                }
+                };
+                answer.map(move |answered| {
+                    answered.map(|response| response.map(|body| AnsweredOnDrop::new(body, clock)))
+                })
             })
         };
         let connection = http
             .serve_connection(TokioIo::new(tcp), TowerToHyperService::new(service))
             .with_upgrades();
-        let task = run_connection(connection, handle, Arc::clone(&shared));
+        let task = run_connection(connection, handle, clock, Arc::clone(&shared));
         let task = async move {
             task.await;
             drop((permit, client_slot));
@@ -237,11 +246,17 @@ async fn accept(
 
 /// Drives one connection until it ends, the shutdown asks it to finish, or
 /// a stream drops it.
-async fn run_connection<C>(connection: C, handle: ConnectionHandle, shared: Arc<ServerState>)
-where
+async fn run_connection<C>(
+    connection: C,
+    handle: ConnectionHandle,
+    clock: Arc<HeadClock>,
+    shared: Arc<ServerState>,
+) where
     C: std::future::Future<Output = Result<(), hyper::Error>> + GracefulConnection,
 {
     tokio::pin!(connection);
+    let head_timeout = clock.expired(shared.config.header_read_timeout);
+    tokio::pin!(head_timeout);
     let mut shutdown = shared.lifecycle.shutdown.clone();
     let mut draining = false;
     loop {
@@ -260,6 +275,11 @@ where
                 draining = true;
             }
             () = handle.closed() => return,
+            () = head_timeout.as_mut() => {
+                shared.metrics.tripped(Limit::HeaderReadTimeout);
+                tracing::debug!("no request head within the header-read timeout");
+                return;
+            }
         }
     }
 }

@@ -9,15 +9,13 @@
 //! | `query` | what a read's query asks for |
 //! | `live` | catch-up, long-poll and SSE reads over a feed |
 //! | `http` | the route's handler: one function per method |
-//! | `direct` | the route served straight from hyper, beside the router |
 
 mod answer;
 mod cursor;
-pub(crate) mod direct;
 mod http;
 mod limits;
 mod live;
 mod query;
 
 pub(crate) use answer::{EXPOSED_HEADERS, REQUEST_HEADERS};
-pub(crate) use http::stream_route;
+pub(crate) use http::{serve_stream, stream_route};

@@ -1,4 +1,4 @@
-//! The stream route served straight from hyper: the server's accept loop
+//! The Durable Streams route served straight from hyper: the accept loop
 //! gives a request for `/v1/stream/{path}` to [`Direct::serve`] instead of
 //! the router, when the server runs its own routes and layers (`serve`)
 //! without `--cors-origin` or `--access-log`.
@@ -12,8 +12,8 @@
 //! CPU than an append itself. A request it does not recognise as the
 //! stream route's (a path that does not decode, say) goes to the router.
 
-use super::http::serve_stream;
 use crate::connection::Peer;
+use crate::handlers::streams::serve_stream;
 use crate::layers::{json_errors, panicked, AnyOrigin};
 use crate::state::ServerState;
 use axum::body::Body;
