@@ -52,6 +52,8 @@ async fn no_session_id_ticket_or_publish_key_reaches_the_log() {
         let server = spawn(
             ServerConfig {
                 publish_keys: true,
+                // The request logs are off by default (`--access-log`).
+                access_log: true,
                 ..ServerConfig::default()
             },
             "127.0.0.1:0".parse().unwrap(),
