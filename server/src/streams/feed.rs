@@ -68,11 +68,6 @@ impl Page {
     pub(crate) fn is_empty(&self) -> bool {
         self.payloads.is_empty() && self.wire.as_ref().is_none_or(|wire| wire.count == 0)
     }
-
-    /// The seq of the page's first message.
-    pub(crate) fn first(&self) -> u64 {
-        self.cursor + 1 - self.payloads.len() as u64
-    }
 }
 
 /// Where a read starts.

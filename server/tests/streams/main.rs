@@ -24,4 +24,5 @@ mod memory;
 mod offsets;
 mod retention;
 mod session_routes;
+mod sse_batches;
 mod support;

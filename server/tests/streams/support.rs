@@ -14,9 +14,8 @@ pub use in_process::{bounded, start, stop, IO};
 /// The protocol's zero offset: before everything, in every stream.
 pub const ZERO: &str = "0000000000000000_0000000000000000";
 
-/// A server whose streams retain at most `events` messages, and whose
-/// first ring (16 events, 16 KiB) is already the configured one, so
-/// retention starts at once.
+/// A server whose streams retain at most `events` messages (of 16 KiB
+/// in all): retention starts once a stream holds `events`.
 pub fn tiny_ring(events: usize) -> ServerConfig {
     ServerConfig {
         ring_events: events,

@@ -19,6 +19,8 @@ use crate::streams::wire_page;
 use axum::body::Body;
 use axum::http::{header, HeaderMap, Response, StatusCode};
 use base64::Engine as _;
+use bytes::Bytes;
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::sync::Arc;
 use tokio::time::Instant;
@@ -233,21 +235,18 @@ impl<F: Feed> SseReader<F> {
             let cursor = response_cursor(self.client_cursor.as_deref());
             if !page.payloads.is_empty() || !self.started {
                 self.started = true;
-                // A data event and a control event per message: the
-                // payload plus about 160 bytes of framing.
-                let framed: usize = page.payloads.iter().map(|p| p.len() + 160).sum();
-                let mut out = Vec::with_capacity(framed.max(160));
-                // Each data event is followed by its control event, so a
-                // reader cut anywhere resumes exactly after what it got.
-                for (seq, payload) in (page.first()..).zip(&page.payloads) {
-                    data_event(&mut out, payload, self.binary, page.json);
-                    self.cursor = seq;
-                    let last = seq == page.cursor;
-                    self.control_event(&mut out, &page, last && page.up_to_date(), &cursor);
+                // The page's messages as one data event (the protocol's
+                // "each batch of data"), then one control event naming
+                // the offset after the last: a reader cut anywhere resumes
+                // after the last control event it got, and the batch is
+                // sent again whole.
+                let framed: usize = page.payloads.iter().map(|p| p.len()).sum::<usize>() + 192;
+                let mut out = Vec::with_capacity(framed);
+                if !page.payloads.is_empty() {
+                    data_event(&mut out, &page.payloads, self.binary, page.json);
+                    self.cursor = page.cursor;
                 }
-                if page.payloads.is_empty() {
-                    self.control_event(&mut out, &page, page.up_to_date(), &cursor);
-                }
+                self.control_event(&mut out, &page, page.up_to_date(), &cursor);
                 self.quiet_since = Instant::now();
                 return Some(out.into());
             }
@@ -300,22 +299,35 @@ impl<F: Feed> SseReader<F> {
     }
 }
 
-/// One `data` event: base64 for binary content, one JSON array per message
-/// in JSON mode, else the text.
-fn data_event(out: &mut Vec<u8>, payload: &[u8], binary: bool, json: bool) {
-    let text: std::borrow::Cow<'_, [u8]> = if binary {
-        base64::engine::general_purpose::STANDARD
-            .encode(payload)
-            .into_bytes()
-            .into()
-    } else if json {
-        let mut array = Vec::with_capacity(payload.len() + 2);
-        json_mode::array(&mut array, [payload]);
+/// One `data` event for `payloads`, consecutive messages: base64 of their
+/// bytes for binary content, one JSON array of them in JSON mode, else
+/// their text.
+fn data_event(out: &mut Vec<u8>, payloads: &[Bytes], binary: bool, json: bool) {
+    let text: Cow<'_, [u8]> = if json {
+        let length: usize = payloads.iter().map(|p| p.len() + 1).sum();
+        let mut array = Vec::with_capacity(length + 1);
+        json_mode::array(&mut array, payloads.iter().map(|p| &p[..]));
         array.into()
     } else {
-        match String::from_utf8_lossy(payload) {
-            std::borrow::Cow::Borrowed(text) => text.as_bytes().into(),
-            std::borrow::Cow::Owned(text) => text.into_bytes().into(),
+        // The bytes of a byte stream, joined: a character split between
+        // two appends decodes whole.
+        let bytes: Cow<'_, [u8]> = match payloads {
+            [one] => Cow::Borrowed(&one[..]),
+            many => Cow::Owned(many.concat()),
+        };
+        if binary {
+            base64::engine::general_purpose::STANDARD
+                .encode(&bytes)
+                .into_bytes()
+                .into()
+        } else {
+            match std::str::from_utf8(&bytes) {
+                Ok(_) => bytes,
+                Err(_) => String::from_utf8_lossy(&bytes)
+                    .into_owned()
+                    .into_bytes()
+                    .into(),
+            }
         }
     };
     // Cannot fail: the text is UTF-8 and the event type is fixed.
