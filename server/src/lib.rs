@@ -69,6 +69,7 @@ mod json;
 mod layers;
 mod lifecycle;
 mod metrics;
+mod own_wake;
 mod replica;
 mod routes;
 mod serve;

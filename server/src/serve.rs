@@ -15,6 +15,7 @@ use crate::direct_route::Direct;
 use crate::head_timeout::{AnsweredOnDrop, HeadClock};
 use crate::lifecycle::turned_true;
 use crate::metrics::Limit;
+use crate::own_wake::Repoll;
 use crate::routes::router;
 use crate::state::{AppState, ServerState};
 use axum::extract::Request;
@@ -255,13 +256,15 @@ async fn run_connection<C>(
     C: std::future::Future<Output = Result<(), hyper::Error>> + GracefulConnection,
 {
     tokio::pin!(connection);
+    let mut repoll = Repoll::default();
     let head_timeout = clock.expired(shared.config.header_read_timeout);
     tokio::pin!(head_timeout);
     let mut shutdown = shared.lifecycle.shutdown.clone();
     let mut draining = false;
     loop {
         tokio::select! {
-            result = connection.as_mut() => {
+            // Its own wakes answered by polling it again (`own_wake`).
+            result = std::future::poll_fn(|cx| repoll.poll(cx, |cx| connection.as_mut().poll(cx))) => {
                 if let Err(error) = result {
                     if error.is_timeout() {
                         shared.metrics.tripped(Limit::HeaderReadTimeout);
