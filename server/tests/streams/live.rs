@@ -47,7 +47,7 @@ fn check(
     match event.event_type.as_str() {
         "data" => {
             assert!(
-                !event.data.is_empty() && event.data.len() % SIZE == 0,
+                !event.data.is_empty() && event.data.len().is_multiple_of(SIZE),
                 "a data event carries whole messages, {} bytes",
                 event.data.len()
             );
