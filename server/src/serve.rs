@@ -265,10 +265,9 @@ async fn run_connection<C>(
         tokio::select! {
             // Its own wakes answered by polling it again (`own_wake`).
             result = std::future::poll_fn(|cx| repoll.poll(cx, |cx| connection.as_mut().poll(cx))) => {
+                // (hyper has no timer here, so no error of its is a
+                // timeout: the head timeout is the branch below.)
                 if let Err(error) = result {
-                    if error.is_timeout() {
-                        shared.metrics.tripped(Limit::HeaderReadTimeout);
-                    }
                     tracing::debug!(%error, "connection ended with an error");
                 }
                 return;
