@@ -11,7 +11,8 @@
 //! | `json_mode` | validating, flattening and framing JSON messages |
 //! | `rules` | what decides an append: closure, `Stream-Seq`, idempotent producers |
 //! | `charge` | a stream's charge: the memory budget and its client's share, together |
-//! | `stream` | one stream: settings, ring, producers, closure |
+//! | `settings` | what a stream was created with, and the rules that compare and inherit them |
+//! | `stream` | one stream: ring, producers, closure, readers' wake-ups |
 //! | `shared` | streams in the shared history (`--redis`): any instance serves any stream |
 //! | `shared_create` | creating a stream there: pending log, a fork's claim and copy, completion or undo |
 //! | `shared_admission` | how many streams the shared history admits, in all and per client |
@@ -29,6 +30,7 @@ pub(crate) mod numbering;
 pub(crate) mod offset;
 pub(crate) mod registry;
 pub(crate) mod rules;
+pub(crate) mod settings;
 pub(crate) mod shared;
 pub(crate) mod shared_admission;
 pub(crate) mod shared_create;

@@ -6,7 +6,8 @@
 use super::charge::ClientCharge;
 use super::numbering::{Numbering, ReadRefusal};
 use super::offset::Generations;
-use super::stream::{Ended, ForkPoint, MakeError, NewStream, ProducerLimits, Settings, Stream};
+use super::settings::Settings;
+use super::stream::{Ended, ForkPoint, MakeError, NewStream, ProducerLimits, Stream};
 use crate::admission::{Bounded, ClientShares};
 use crate::client_addr::ClientKey;
 use gapless::Config;

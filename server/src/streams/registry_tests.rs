@@ -6,7 +6,8 @@
 use super::{CreateRefusal, CreateRequest, Created, Streams};
 use crate::admission::Bounded;
 use crate::streams::rules::AppendRequest;
-use crate::streams::stream::{Settings, Stream};
+use crate::streams::settings::Settings;
+use crate::streams::stream::Stream;
 use gapless::Config;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Barrier};

@@ -26,7 +26,8 @@ use super::registry::CreateRefusal;
 use super::rules::{
     decide, AppendRefusal, AppendRequest, Appended, Decision, Producer, WriterState,
 };
-use super::stream::{media_type, ProducerLimits, Settings};
+use super::settings::{media_type, Settings};
+use super::stream::ProducerLimits;
 use crate::history::{
     Guard, History, HistoryError, Known, LogId, LogKind, Meta, MetaUpdate, Snapshot,
 };

@@ -6,11 +6,12 @@
 use super::feed::PAGE_BYTES;
 use super::numbering::Numbering;
 use super::registry::{initial_payload, CreateRefusal};
+use super::settings::Settings;
 use super::shared::{
     as_read, claim_field, create_unavailable, field, log_of, now_ms, SharedCreated, SharedStreams,
     View, DECIDE_TRIES,
 };
-use super::stream::{sub_offset_prefix, Settings};
+use super::stream::sub_offset_prefix;
 use crate::client_addr::ClientKey;
 use crate::history::{Guard, History, HistoryError, Meta};
 use crate::ids::PublishKey;

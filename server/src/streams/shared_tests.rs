@@ -5,7 +5,7 @@ use crate::history::memory::MemoryHistory;
 use crate::history::{Guard, History, Known};
 use crate::streams::registry::CreateRefusal;
 use crate::streams::rules::AppendRequest;
-use crate::streams::stream::Settings;
+use crate::streams::settings::Settings;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;

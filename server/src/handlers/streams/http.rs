@@ -21,7 +21,7 @@ use crate::streams::feed::LocalFeed;
 use crate::streams::offset::Offset;
 use crate::streams::registry::{CreateRefusal, CreateRequest};
 use crate::streams::rules::{AppendRefusal, AppendRequest, Appended};
-use crate::streams::stream::{media_type, Settings};
+use crate::streams::settings::{media_type, Settings};
 use crate::streams::writes::{Found, StreamWrites};
 use axum::body::Body;
 use axum::extract::{FromRequestParts, Path, Request, State};

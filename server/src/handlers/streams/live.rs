@@ -14,7 +14,7 @@ use crate::state::ServerState;
 use crate::streams::feed::{Feed, FeedEnd, Page};
 use crate::streams::json_mode;
 use crate::streams::offset::Start;
-use crate::streams::stream::media_type;
+use crate::streams::settings::media_type;
 use crate::streams::wire_page;
 use axum::body::Body;
 use axum::http::{header, HeaderMap, Response, StatusCode};
