@@ -62,17 +62,29 @@ impl Arena {
     }
 
     /// The words `start .. start + count` (`count <= len()`) as
-    /// little-endian bytes, in one allocation. The words may be torn by a
-    /// concurrent writer; the caller validates after `fence(Acquire)`.
+    /// little-endian bytes, in one allocation (the tests' shorthand for
+    /// [`Arena::copy_words_into`]).
+    #[cfg(test)]
     pub(crate) fn copy_words(&self, start: u64, count: usize) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        self.copy_words_into(start, count, &mut bytes);
+        bytes
+    }
+
+    /// The words `start .. start + count` (`count <= len()`) as
+    /// little-endian bytes, into `out` in place of what it held: a caller
+    /// that reuses `out` allocates nothing once it is large enough. The
+    /// words may be torn by a concurrent writer; the caller validates after
+    /// `fence(Acquire)`.
+    pub(crate) fn copy_words_into(&self, start: u64, count: usize, out: &mut Vec<u8>) {
         debug_assert!(count as u64 <= self.len());
         let (wrapped, from_start) = self.runs_from(start);
         let first = &from_start[..count.min(from_start.len())];
         let second = &wrapped[..(count - first.len()).min(wrapped.len())];
-        let mut bytes = Vec::with_capacity(count * 8);
-        crate::copy::load(first, &mut bytes);
-        crate::copy::load(second, &mut bytes);
-        bytes
+        out.clear();
+        out.reserve(count * 8);
+        crate::copy::load(first, out);
+        crate::copy::load(second, out);
     }
 }
 

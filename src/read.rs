@@ -101,6 +101,57 @@ impl<M: EmitMode> Ring<M> {
     /// # Errors
     /// As [`Ring::replay_range`].
     pub fn replay_batch(&self, cursor: u64, last: u64) -> Result<Replay, ReplayError> {
+        let mut bytes = Vec::new();
+        Ok(match self.copy_batch(cursor, last, &mut bytes)? {
+            Some(locations) => Replay::new(cursor + 1, Bytes::from(bytes), locations),
+            None => Replay::default(),
+        })
+    }
+
+    /// [`Ring::replay_batch`] into a buffer the caller gives: the records
+    /// are copied into `buffer`'s `Vec` (its contents replaced, its
+    /// capacity reused), and the [`Replay`] keeps `buffer` until the replay
+    /// and every `Bytes` shared from it ([`Replay::share`]) are dropped. A
+    /// server that recycles its buffers (a pool whose `buffer` type puts
+    /// the `Vec` back on drop) then allocates and faults in nothing per
+    /// read once warm. `buffer` is dropped at once on an error or an empty
+    /// replay.
+    ///
+    /// ```
+    /// use gapless::{Config, Ring};
+    /// let ring = Ring::new(Config::default().events(8).bytes(1024));
+    /// ring.emit(&b"hello"[..])?;
+    /// let replay = ring.replay_batch_in(0, u64::MAX, Vec::with_capacity(4096))?;
+    /// assert_eq!(replay.share(0).as_deref(), Some(&b"hello"[..]));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Ring::replay_range`].
+    pub fn replay_batch_in<B>(
+        &self,
+        cursor: u64,
+        last: u64,
+        mut buffer: B,
+    ) -> Result<Replay, ReplayError>
+    where
+        B: AsRef<[u8]> + AsMut<Vec<u8>> + Send + 'static,
+    {
+        Ok(match self.copy_batch(cursor, last, buffer.as_mut())? {
+            Some(locations) => Replay::new(cursor + 1, Bytes::from_owner(buffer), locations),
+            None => Replay::default(),
+        })
+    }
+
+    /// Copies the records `cursor + 1 ..= min(last, published())` into
+    /// `bytes` and validates them: their locations, `None` when there are
+    /// none.
+    fn copy_batch(
+        &self,
+        cursor: u64,
+        last: u64,
+        bytes: &mut Vec<u8>,
+    ) -> Result<Option<Vec<Location>>, ReplayError> {
         let opened = self.open();
         let published = opened.published;
         if cursor > published {
@@ -108,7 +159,7 @@ impl<M: EmitMode> Ring<M> {
         }
         let last = last.min(published);
         if cursor >= last {
-            return Ok(Replay::default());
+            return Ok(None);
         }
         let count = last - cursor;
         if count > self.slots.len() {
@@ -121,11 +172,9 @@ impl<M: EmitMode> Ring<M> {
         // slot was reused under us, which the validation below reports.
         let adjacent = locations.windows(2).all(|w| w[0].end() == w[1].pos);
         let words = end.wrapping_sub(start);
-        let bytes = if adjacent && words <= self.arena.len() {
-            self.arena.copy_words(start, words as usize)
-        } else {
-            Vec::new()
-        };
+        if adjacent && words <= self.arena.len() {
+            self.arena.copy_words_into(start, words as usize, bytes);
+        }
         let valid = adjacent
             && words <= self.arena.len()
             && self
@@ -136,7 +185,7 @@ impl<M: EmitMode> Ring<M> {
         }
         // Valid: the locations are the records', adjacent from `start`, so
         // each lies within the `words` copied.
-        Ok(Replay::new(cursor + 1, Bytes::from(bytes), locations))
+        Ok(Some(locations))
     }
 
     /// One event by seq.
@@ -181,10 +230,17 @@ impl<M: EmitMode> Ring<M> {
     /// overtake the search by a whole ring make it try again, at most
     /// `ATTEMPTS` times, then settle for a lower bound.
     pub(crate) fn retention(&self) -> Retention {
+        self.retention_from(0)
+    }
+
+    /// [`Ring::retention`] with the search starting at `from`, a seq known
+    /// to be at or below the oldest retained (0 for none known): upwards
+    /// from it in steps that double, then by halves within the last step.
+    pub(crate) fn retention_from(&self, from: u64) -> Retention {
         const ATTEMPTS: usize = 3;
         let mut published = 0;
         for _ in 0..ATTEMPTS {
-            match self.try_retention() {
+            match self.try_retention(from) {
                 Ok(retention) => return retention,
                 Err(seen) => published = published.max(seen),
             }
@@ -192,9 +248,9 @@ impl<M: EmitMode> Ring<M> {
         self.retention_lower_bound(published)
     }
 
-    /// One attempt of [`Ring::retention`]; `Err` carries the watermark seen
-    /// when emitters overtook it.
-    fn try_retention(&self) -> Result<Retention, u64> {
+    /// One attempt of [`Ring::retention_from`]; `Err` carries the
+    /// watermark seen when emitters overtook it.
+    fn try_retention(&self, from: u64) -> Result<Retention, u64> {
         let opened = self.open();
         let published = opened.published;
         let events = self.slots.len();
@@ -209,6 +265,21 @@ impl<M: EmitMode> Ring<M> {
         };
         let mut low = gone(before).max(self.base + 1);
         let mut high = published + 1;
+        if from > low {
+            // Gallop from the hint: the first intact seq in `from ..` lies
+            // within the first step that lands on an intact one.
+            low = from.min(high);
+            let mut step = 1;
+            while low < high {
+                let probe = (low + step - 1).min(high - 1);
+                if self.intact(probe, self.slots.locate(probe), before) {
+                    high = probe;
+                    break;
+                }
+                low = probe + 1;
+                step *= 2;
+            }
+        }
         while low < high {
             let middle = low + (high - low) / 2;
             let location = self.slots.locate(middle);

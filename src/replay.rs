@@ -4,6 +4,7 @@
 use crate::event::Event;
 use crate::slots::Location;
 use bytes::Bytes;
+use std::ops::Range;
 
 /// The events after a cursor, as [`Ring::replay_batch`] copied them out:
 /// one buffer holding every payload, and where each one lies in it.
@@ -59,12 +60,23 @@ impl Replay {
     }
 
     /// Where each record's payload lies in `bytes`, in seq order.
-    fn spans(&self) -> impl ExactSizeIterator<Item = std::ops::Range<usize>> + '_ {
-        let start = self.records.first().map_or(0, |location| location.pos);
-        self.records.iter().map(move |location| {
-            let offset = (location.pos.wrapping_sub(start) * 8) as usize;
-            offset..offset + location.len as usize
-        })
+    fn spans(&self) -> impl ExactSizeIterator<Item = Range<usize>> + '_ {
+        let start = self.start();
+        self.records
+            .iter()
+            .map(move |location| Self::span(start, location))
+    }
+
+    /// The arena position of the first record (where `bytes` begins).
+    fn start(&self) -> u64 {
+        self.records.first().map_or(0, |location| location.pos)
+    }
+
+    /// Where the payload of the record at `location` lies in `bytes`, when
+    /// `bytes` begins at arena position `start`.
+    fn span(start: u64, location: &Location) -> Range<usize> {
+        let offset = (location.pos.wrapping_sub(start) * 8) as usize;
+        offset..offset + location.len as usize
     }
 
     /// The number of events.
@@ -90,6 +102,17 @@ impl Replay {
             let payload = self.bytes.get(span).unwrap_or_default();
             (first + i as u64, payload)
         })
+    }
+
+    /// The payload of the `index`-th event (`0 .. len()`) as a `Bytes`
+    /// sharing this replay's buffer (one reference count, no copy): for
+    /// handing a large payload on, to a socket's write queue say, while
+    /// [`Replay::iter`] serves the rest. `None` past the end.
+    pub fn share(&self, index: usize) -> Option<Bytes> {
+        let span = Self::span(self.start(), self.records.get(index)?);
+        // Within `bytes` for a validated replay (the field's invariant);
+        // checked rather than trusted, as `iter` does.
+        (span.end <= self.bytes.len()).then(|| self.bytes.slice(span))
     }
 
     /// The events as owned [`Event`]s sharing this replay's buffer (one

@@ -183,6 +183,18 @@ impl<M: EmitMode> Ring<M> {
         self.retention().first_retained
     }
 
+    /// [`Ring::first_retained`], searched up from `from`: a seq at or
+    /// below the oldest retained one, such as an earlier answer (eviction
+    /// only grows). It costs O(log k) slot reads for `k` seqs evicted since
+    /// `from` where the search from scratch costs O(log events): a writer
+    /// that tracks what its ring still holds asks after every emit, and
+    /// most emits evict one event or none. A `from` above the oldest
+    /// retained seq is an error of the caller's, answered with `from`
+    /// (at most `published() + 1`).
+    pub fn first_retained_from(&self, from: u64) -> u64 {
+        self.retention_from(from).first_retained
+    }
+
     /// Counters for monitoring.
     pub fn stats(&self) -> Stats {
         let retention = self.retention();

@@ -514,3 +514,77 @@ fn a_ring_that_starts_after_a_seq_continues_it_and_never_serves_below_it() {
     assert_eq!(seqs(&writer.ring().replay_after(7).unwrap()), [8]);
     assert!(Ring::try_new(Config::default().start_after(gapless::config::MAX_START + 1)).is_err());
 }
+
+/// A buffer that says when it is dropped, as a pool's would go back.
+struct Tracked {
+    bytes: Vec<u8>,
+    dropped: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl AsRef<[u8]> for Tracked {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl AsMut<Vec<u8>> for Tracked {
+    fn as_mut(&mut self) -> &mut Vec<u8> {
+        &mut self.bytes
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.dropped
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn replay_batch_in_copies_into_the_given_buffer_and_keeps_it_while_shared() {
+    let ring = Ring::new(roomy());
+    for payload in [&b"first"[..], b"second", b"third"] {
+        ring.emit(payload).unwrap();
+    }
+    let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let bytes = Vec::with_capacity(4096);
+    let allocation = bytes.as_ptr() as usize..bytes.as_ptr() as usize + 4096;
+    let buffer = Tracked {
+        bytes,
+        dropped: dropped.clone(),
+    };
+    let replay = ring.replay_batch_in(1, u64::MAX, buffer).unwrap();
+    assert_eq!(replay.seqs(), Some(2..=3));
+    let second = replay.share(0).unwrap();
+    assert_eq!(second, &b"second"[..]);
+    assert_eq!(replay.share(1).unwrap(), &b"third"[..]);
+    assert_eq!(replay.share(2), None);
+    // The copy went into the buffer given, not a fresh allocation.
+    assert!(allocation.contains(&(second.as_ptr() as usize)));
+    drop(replay);
+    assert!(
+        !dropped.load(std::sync::atomic::Ordering::SeqCst),
+        "a shared payload still uses the buffer"
+    );
+    drop(second);
+    assert!(
+        dropped.load(std::sync::atomic::Ordering::SeqCst),
+        "the buffer goes back once nothing uses it"
+    );
+}
+
+#[test]
+fn replay_batch_in_drops_the_buffer_on_a_gap() {
+    let ring = Ring::new(Config::default().events(2).bytes(1024));
+    for payload in [&b"a"[..], b"b", b"c"] {
+        ring.emit(payload).unwrap();
+    }
+    let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let buffer = Tracked {
+        bytes: Vec::new(),
+        dropped: dropped.clone(),
+    };
+    let refused = ring.replay_batch_in(0, u64::MAX, buffer);
+    assert!(matches!(refused, Err(ReplayError::Gap(gap)) if gap.first_retained == 2));
+    assert!(dropped.load(std::sync::atomic::Ordering::SeqCst));
+}

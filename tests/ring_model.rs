@@ -73,6 +73,8 @@ fn run(events: usize, bytes: usize, base: u64, ops: &[Op]) -> Result<(), TestCas
         .start_after(base);
     let ring = Ring::try_new(config).unwrap();
     let mut model = Model::new(&ring);
+    // The oldest retained seq as last seen: eviction only moves it on.
+    let mut known_first = base + 1;
     for op in ops {
         match op {
             Op::Emit { len, fill } => {
@@ -117,6 +119,20 @@ fn run(events: usize, bytes: usize, base: u64, ops: &[Op]) -> Result<(), TestCas
                         .collect::<Vec<_>>()
                 });
                 prop_assert_eq!(borrowed, owned.clone(), "{:?}", op);
+                // Into a buffer that held other bytes: the same events, and
+                // each one shared from it the same too.
+                let stale = vec![0xA5_u8; 3 * 8 + 5];
+                let shared = ring.replay_batch_in(c, last, stale).map(|replay| {
+                    (0..=replay.len())
+                        .map(|i| replay.share(i).map(|payload| payload.to_vec()))
+                        .collect::<Vec<_>>()
+                });
+                let expected_shared = owned.clone().map(|events| {
+                    let mut payloads: Vec<_> = events.into_iter().map(|(_, p)| Some(p)).collect();
+                    payloads.push(None);
+                    payloads
+                });
+                prop_assert_eq!(shared, expected_shared, "{:?}", op);
                 let seqs = batch.as_ref().ok().map(|replay| replay.seqs());
                 let expected_seqs = owned
                     .ok()
@@ -145,7 +161,12 @@ fn run(events: usize, bytes: usize, base: u64, ops: &[Op]) -> Result<(), TestCas
             }
         }
         prop_assert_eq!(ring.published(), model.head);
-        prop_assert_eq!(ring.first_retained(), model.gap(0).first_retained.max(1));
+        let first_retained = ring.first_retained();
+        prop_assert_eq!(first_retained, model.gap(0).first_retained.max(1));
+        // Searched up from the last answer, or from below it: the same.
+        prop_assert_eq!(ring.first_retained_from(known_first), first_retained);
+        prop_assert_eq!(ring.first_retained_from(known_first / 2), first_retained);
+        known_first = first_retained;
     }
     let stats = ring.stats();
     prop_assert_eq!((stats.wrap_waits, stats.waiting_emitters), (0, 0));
