@@ -19,6 +19,8 @@
 //! | `shared_feed` | a live reader of a stream in the shared history |
 //! | `registry` | every stream: create, forks, delete, expiry, limits |
 //! | `feed` | what a read pages through and waits on: a local ring or the shared history |
+//! | `wire_page` | a catch-up page encoded for the wire, and the last one a stream built, kept |
+//! | `read_buffers` | the bounded pool of buffers catch-up reads copy into |
 //! | `writes` | what a create, append or delete goes through: the registry or the shared history |
 //!
 //! The routes are [`crate::handlers::streams`].
@@ -28,6 +30,7 @@ pub(crate) mod feed;
 pub(crate) mod json_mode;
 pub(crate) mod numbering;
 pub(crate) mod offset;
+pub(crate) mod read_buffers;
 pub(crate) mod registry;
 pub(crate) mod rules;
 pub(crate) mod settings;

@@ -813,7 +813,14 @@ impl Tail {
         self.sizes.push_back(words);
         self.words += words;
         let ring = self.ring();
-        let retained = (ring.published() + 1).saturating_sub(ring.first_retained());
+        let published = ring.published();
+        // The oldest seq whose size is kept was retained at the last emit;
+        // the search gallops up from it (most emits evict one or none).
+        let oldest_kept = (published + 1).saturating_sub(self.sizes.len() as u64);
+        let first_retained = ring.first_retained_from(oldest_kept);
+        // Exact, not a bound: only this writer evicts, and it holds the tail.
+        debug_assert_eq!(first_retained, ring.first_retained());
+        let retained = (published + 1).saturating_sub(first_retained);
         while self.sizes.len() as u64 > retained {
             match self.sizes.pop_front() {
                 Some(dropped) => self.words -= dropped,

@@ -208,3 +208,67 @@ fn a_new_producer_past_the_budget_stores_nothing() {
         .append(b"y", &AppendRequest::default(), &budget)
         .expect("an append without a producer still fits");
 }
+
+/// A catch-up page holds every payload in order, the small ones copied
+/// into chunks and the large ones as slices of the ring read's buffer,
+/// and keeping it charges the budget what its buffers hold.
+///
+/// Fails when a shared payload goes out before the copied bytes ahead of
+/// it (`push_shared` without sealing the chunk being filled), when a page
+/// loses or repeats a payload across ring reads, or when the kept page is
+/// charged less than its buffers hold.
+#[test]
+fn a_page_keeps_payload_order_across_copied_and_shared_chunks() {
+    let budget = Bounded::new(u64::MAX);
+    let stream = stream(Config::default().events(64).bytes(4 << 20), &budget);
+    let sizes = [100, 20_000, 7, 70_000, 300, 16 << 10, 16 << 10, 5];
+    let payloads: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| {
+            (0..len)
+                .map(|b| (b as u8).wrapping_mul(7) ^ i as u8)
+                .collect()
+        })
+        .collect();
+    for payload in &payloads {
+        stream
+            .append(payload, &AppendRequest::default(), &budget)
+            .expect("append");
+    }
+    let before = budget.held();
+    let page = stream
+        .wire_page_after(0, 16 << 20, &budget)
+        .expect("a page");
+    let body: Vec<u8> = page.chunks.iter().flat_map(|c| c.iter().copied()).collect();
+    assert_eq!(body, payloads.concat());
+    assert_eq!(page.len, body.len());
+    assert_eq!(page.count, payloads.len() as u64);
+    assert_eq!(page.cursor, payloads.len() as u64);
+    for large in payloads.iter().filter(|p| p.len() >= 16 << 10) {
+        assert!(
+            page.chunks.iter().any(|chunk| chunk[..] == large[..]),
+            "a payload of {} B is a chunk of its own",
+            large.len()
+        );
+    }
+    assert!(page.held >= page.len);
+    assert_eq!(
+        budget.held() - before,
+        page.held as u64,
+        "the kept page's charge"
+    );
+    // The next reader from the same place shares the kept page's buffers.
+    let again = stream
+        .wire_page_after(0, 16 << 20, &budget)
+        .expect("a page");
+    assert!(page
+        .chunks
+        .iter()
+        .zip(&again.chunks)
+        .all(|(a, b)| a.as_ptr() == b.as_ptr()));
+    // A page from further on, a message at a time from a small maximum.
+    let rest = stream.wire_page_after(3, 1, &budget).expect("a page");
+    assert_eq!(rest.count, 1);
+    assert_eq!(rest.chunks.concat(), payloads[3]);
+}

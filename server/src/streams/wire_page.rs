@@ -5,11 +5,13 @@
 //! from the same place.
 //!
 //! Why chunks and not one buffer: the server fixes the allocator's mmap
-//! threshold at 128 KiB, so a buffer of a whole page (up to 1 MiB) would
-//! be mapped, faulted in page by page and unmapped on every read; buffers
-//! under the threshold come from the heap and are reused. A dozen chunks
-//! go out in one vectored write, where a body chunk per message (thousands
-//! for small messages) went through hyper's write queue one by one.
+//! threshold at 128 KiB, so a buffer of a whole page (up to 16 MiB) would
+//! be mapped, faulted in page by page and unmapped on every read; chunks
+//! come from the read buffers' pool (`read_buffers`) and go back to it
+//! warm. A dozen chunks go out in one vectored write, where a body chunk
+//! per message (thousands for small messages) went through hyper's write
+//! queue one by one. A payload of [`SHARE_FROM`] or more is not copied
+//! again: its chunk is a slice of the buffer the ring was read into.
 //!
 //! Why the cache: N readers catching up from the same offset (a page
 //! behind a CDN miss, a fleet of consumers restarting) would each copy and
@@ -20,9 +22,10 @@
 
 use super::charge::{take_charge, Charge};
 use super::numbering::ReadRefusal;
+use super::read_buffers::{ReadBuffer, READ_BUFFERS};
 use super::stream::Stream;
 use crate::admission::Bounded;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use gapless::{ReplayError, Ring, SingleWriter};
 use std::sync::{Arc, PoisonError, Weak};
 
@@ -37,14 +40,23 @@ const KEEP_FROM: usize = 16 << 10;
 /// threshold too.
 const BATCH_BYTES: usize = 96 << 10;
 
+/// A payload at least this large goes on the wire as a slice of the ring
+/// read's buffer rather than copied once more into a chunk (which costs
+/// more than the slice's reference count from about this size).
+const SHARE_FROM: usize = 16 << 10;
+
 /// A page of a stream after a cursor, encoded for the wire.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct WirePage {
-    /// The body, in order: each chunk at most [`CHUNK_BYTES`] (a single
-    /// payload larger than that is its own chunk).
+    /// The body, in order: each chunk at most [`CHUNK_BYTES`] of copied
+    /// payloads, or one payload of at least [`SHARE_FROM`] (of any size)
+    /// shared from the buffer the ring was read into.
     pub(crate) chunks: Vec<Bytes>,
     /// The body's length: the chunks' lengths summed.
     pub(crate) len: usize,
+    /// What the chunks keep allocated (about `len`, more for a last chunk
+    /// partly filled): what keeping the page is charged.
+    pub(crate) held: usize,
     /// The number of messages in it.
     pub(crate) count: u64,
     /// The seq of the last message in it (the read's cursor if none).
@@ -68,38 +80,77 @@ pub(crate) struct KeptPage {
     _charge: Charge,
 }
 
-/// Appends payloads to a page, in buffers of at most [`CHUNK_BYTES`].
+/// Appends payloads to a page, in pooled buffers of at most
+/// [`CHUNK_BYTES`], or as shared slices of the ring read's buffer.
 struct Builder {
     chunks: Vec<Bytes>,
-    current: BytesMut,
+    /// The chunk being filled; `None` until the first byte after a chunk
+    /// was sealed.
+    current: Option<ReadBuffer>,
+    /// The bytes in `chunks` and `current`.
     len: usize,
+    /// What `chunks` keep allocated: the sealed buffers' capacities, and
+    /// the shared slices' lengths (their buffers are about that size).
+    held: usize,
+}
+
+/// A page's body as [`Builder`] made it.
+struct Body {
+    chunks: Vec<Bytes>,
+    /// The chunks' lengths summed.
+    len: usize,
+    /// What the chunks keep allocated (at least `len`, about).
+    held: usize,
 }
 
 impl Builder {
     fn new() -> Self {
         Self {
             chunks: Vec::new(),
-            current: BytesMut::new(),
+            current: None,
             len: 0,
+            held: 0,
         }
     }
 
+    /// Copies `bytes` to the end of the page.
     fn push(&mut self, bytes: &[u8]) {
-        if self.current.len() + bytes.len() > CHUNK_BYTES && !self.current.is_empty() {
-            self.chunks.push(self.current.split().freeze());
+        let filled = self.current.as_ref().map_or(0, ReadBuffer::len);
+        if filled > 0 && filled + bytes.len() > CHUNK_BYTES {
+            self.seal();
         }
-        if self.current.capacity() == 0 {
-            self.current.reserve(CHUNK_BYTES.max(bytes.len()));
-        }
-        self.current.extend_from_slice(bytes);
+        self.current
+            .get_or_insert_with(|| READ_BUFFERS.take(CHUNK_BYTES.max(bytes.len())))
+            .extend_from_slice(bytes);
         self.len += bytes.len();
     }
 
-    fn finish(mut self) -> (Vec<Bytes>, usize) {
-        if !self.current.is_empty() {
-            self.chunks.push(self.current.freeze());
+    /// Puts `bytes` at the end of the page as a chunk of its own, without
+    /// copying it.
+    fn push_shared(&mut self, bytes: Bytes) {
+        self.seal();
+        self.len += bytes.len();
+        self.held += bytes.len();
+        self.chunks.push(bytes);
+    }
+
+    /// Ends the chunk being filled, if it has anything.
+    fn seal(&mut self) {
+        if let Some(current) = self.current.take() {
+            if !current.is_empty() {
+                self.held += current.capacity();
+                self.chunks.push(Bytes::from_owner(current));
+            }
         }
-        (self.chunks, self.len)
+    }
+
+    fn finish(mut self) -> Body {
+        self.seal();
+        Body {
+            chunks: self.chunks,
+            len: self.len,
+            held: self.held,
+        }
     }
 }
 
@@ -120,7 +171,8 @@ pub(crate) fn encode(payloads: &[Bytes], json: bool) -> (Vec<Bytes>, usize) {
     if json {
         body.push(b"]");
     }
-    body.finish()
+    let body = body.finish();
+    (body.chunks, body.len)
 }
 
 impl Stream {
@@ -152,7 +204,7 @@ impl Stream {
         }
         let page = self.build_page(&ring, cursor, published, max_bytes)?;
         if page.len >= KEEP_FROM {
-            if let Ok(charge) = take_charge(budget, self.client.as_ref(), page.len as u64) {
+            if let Ok(charge) = take_charge(budget, self.client.as_ref(), page.held as u64) {
                 *self.kept_page() = Some(KeptPage {
                     ring: Arc::downgrade(&ring),
                     after: cursor,
@@ -186,11 +238,13 @@ impl Stream {
         let mut read = cursor;
         let mut count = 0u64;
         let mut payload_bytes = 0usize;
-        // Events per ring read: 32 until the first read tells their size.
-        let mut batch = 32u64;
+        // Events per ring read: one until the first read tells their size
+        // (a guess of more could copy megabytes into a buffer too large
+        // for the read buffers' pool).
+        let mut batch = 1u64;
         'pages: while read < published && (payload_bytes < max_bytes || count == 0) {
             let last = published.min(read + batch);
-            let replay = match ring.replay_batch(read, last) {
+            let replay = match ring.replay_batch_in(read, last, READ_BUFFERS.take(0)) {
                 Ok(replay) => replay,
                 // Retention overtook the page after it began: what was
                 // gathered is served, and the next read, from the offset
@@ -206,14 +260,17 @@ impl Stream {
                 Err(ReplayError::Ahead { .. }) => break,
             };
             let mut batch_bytes = 0usize;
-            for (seq, payload) in replay.iter() {
+            for (index, (seq, payload)) in replay.iter().enumerate() {
                 if payload_bytes >= max_bytes && count > 0 {
                     break 'pages;
                 }
                 if self.json && count > 0 {
                     body.push(b",");
                 }
-                body.push(payload);
+                match replay.share(index) {
+                    Some(shared) if payload.len() >= SHARE_FROM => body.push_shared(shared),
+                    _ => body.push(payload),
+                }
                 payload_bytes += payload.len();
                 batch_bytes += payload.len();
                 count += 1;
@@ -225,10 +282,11 @@ impl Stream {
         if self.json {
             body.push(b"]");
         }
-        let (chunks, len) = body.finish();
+        let body = body.finish();
         Ok(WirePage {
-            chunks,
-            len,
+            chunks: body.chunks,
+            len: body.len,
+            held: body.held,
             count,
             cursor: read,
             published,
