@@ -11,6 +11,8 @@
 //! lookup, the layer stack's boxed futures and clones), which cost more
 //! CPU than an append itself. A request it does not recognise as the
 //! stream route's (a path that does not decode, say) goes to the router.
+//! Appends come to it from the connection's own loop (`append_loop`),
+//! every other request of the route from hyper.
 
 use crate::connection::Peer;
 use crate::handlers::streams::serve_stream;
@@ -19,7 +21,6 @@ use crate::state::ServerState;
 use axum::body::Body;
 use axum::http::{header, Request, Response};
 use futures_util::FutureExt as _;
-use hyper::body::Incoming;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
@@ -61,12 +62,16 @@ impl Direct {
 
     /// Answers `request` to the stream at `path` (from [`Self::path_of`]),
     /// sent by `peer`.
-    pub(crate) async fn serve(
+    pub(crate) async fn serve<B>(
         &self,
         path: String,
-        request: Request<Incoming>,
+        request: Request<B>,
         peer: Peer,
-    ) -> Response<Body> {
+    ) -> Response<Body>
+    where
+        B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+        B::Error: Into<axum::BoxError>,
+    {
         let method = request.method().clone();
         let had_origin = request.headers().contains_key(header::ORIGIN);
         let mut request = request.map(Body::new);

@@ -54,7 +54,7 @@ impl HeadClock {
 
     /// The answer was written (its body dropped): the wait for the next
     /// head begins.
-    fn answered(&self) {
+    pub(crate) fn answered(&self) {
         let since = self
             .origin
             .elapsed()

@@ -43,6 +43,9 @@
 //! | `routes` | [`router`], [`routes`] |
 //! | `direct_route` | the Durable Streams route served straight from hyper, beside the router (same handler, same answers) |
 //! | `head_timeout` | the request-head timeout, one clock per connection instead of a timer per request |
+//! | `append_loop` | a connection's own HTTP/1.1 loop for appends, handing any other request to hyper |
+//! | `prefixed_io` | a connection handed to hyper with the bytes already read from it |
+//! | `own_wake` | a connection's wakes of its own task, answered by polling it again |
 //! | `serve` | the accept loop: connection limits, header-read timeout, two-phase shutdown |
 //!
 //! The wire bodies are `gapless_client::wire` types, so this server and the
@@ -52,6 +55,7 @@
 #![forbid(unsafe_code)]
 
 mod admission;
+mod append_loop;
 mod client_addr;
 mod config;
 mod connection;
@@ -70,6 +74,7 @@ mod layers;
 mod lifecycle;
 mod metrics;
 mod own_wake;
+mod prefixed_io;
 mod replica;
 mod routes;
 mod serve;

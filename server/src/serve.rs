@@ -8,6 +8,7 @@
 //! after `shutdown_grace` — a client that stopped reading cannot take its
 //! last bytes — is dropped (the hard stop), so shutdown always ends.
 
+use crate::append_loop::{AppendLoop, LoopEnd};
 use crate::client_addr::{is_trusted, ClientKey};
 use crate::config::ServerConfig;
 use crate::connection::{ConnectionHandle, Peer};
@@ -16,9 +17,11 @@ use crate::head_timeout::{AnsweredOnDrop, HeadClock};
 use crate::lifecycle::turned_true;
 use crate::metrics::Limit;
 use crate::own_wake::Repoll;
+use crate::prefixed_io::PrefixedIo;
 use crate::routes::router;
 use crate::state::{AppState, ServerState};
 use axum::extract::Request;
+use bytes::Bytes;
 use futures_util::future::Either;
 use futures_util::FutureExt as _;
 use gapless_client::Failure;
@@ -201,41 +204,59 @@ async fn accept(
         };
         let handle = ConnectionHandle::default();
         let clock = Arc::new(HeadClock::new());
-        let service = {
-            let handle = handle.clone();
-            let clock = Arc::clone(&clock);
-            let app = app.clone();
-            let peer = Peer(peer.ip());
-            let direct = direct.clone();
-            tower::service_fn(move |mut request: Request<Incoming>| {
-                clock.head_arrived();
-                let clock = Arc::clone(&clock);
-                let stream_path = direct
-                    .as_ref()
-                    .and_then(|_| Direct::path_of(request.uri().path()));
-                let answer = match (direct.clone(), stream_path) {
-                    // Boxed: the handler's future is large, and moving it
-                    // through hyper's service glue by value copies it.
-                    (Some(direct), Some(path)) => Either::Left(Box::pin(async move {
-                        Ok::<_, Infallible>(direct.serve(path, request, peer).await)
-                    })),
-                    _ => {
-                        request.extensions_mut().insert(handle.clone());
-                        request.extensions_mut().insert(peer);
-                        Either::Right(app.clone().oneshot(request))
-                    }
-                };
-                answer.map(move |answered| {
-                    answered.map(|response| response.map(|body| AnsweredOnDrop::new(body, clock)))
-                })
-            })
-        };
-        let connection = http
-            .serve_connection(TokioIo::new(tcp), TowerToHyperService::new(service))
-            .with_upgrades();
-        let task = run_connection(connection, handle, clock, Arc::clone(&shared));
+        let peer = Peer(peer.ip());
+        let (app, direct, http) = (app.clone(), direct.clone(), http.clone());
+        let server = Arc::clone(&shared);
         let task = async move {
-            task.await;
+            // Appends are answered by the connection's own loop until a
+            // request needs hyper (`append_loop`).
+            let handed = match direct.as_deref() {
+                Some(route) => {
+                    let own = AppendLoop {
+                        direct: route,
+                        shared: &server,
+                        clock: &clock,
+                        peer,
+                    };
+                    own.run(tcp).await
+                }
+                None => LoopEnd::HandOver(tcp, Bytes::new()),
+            };
+            if let LoopEnd::HandOver(tcp, read) = handed {
+                let service = {
+                    let handle = handle.clone();
+                    let clock = Arc::clone(&clock);
+                    tower::service_fn(move |mut request: Request<Incoming>| {
+                        clock.head_arrived();
+                        let clock = Arc::clone(&clock);
+                        let stream_path = direct
+                            .as_ref()
+                            .and_then(|_| Direct::path_of(request.uri().path()));
+                        let answer = match (direct.clone(), stream_path) {
+                            // Boxed: the handler's future is large, and moving it
+                            // through hyper's service glue by value copies it.
+                            (Some(direct), Some(path)) => Either::Left(Box::pin(async move {
+                                Ok::<_, Infallible>(direct.serve(path, request, peer).await)
+                            })),
+                            _ => {
+                                request.extensions_mut().insert(handle.clone());
+                                request.extensions_mut().insert(peer);
+                                Either::Right(app.clone().oneshot(request))
+                            }
+                        };
+                        answer.map(move |answered| {
+                            answered.map(|response| {
+                                response.map(|body| AnsweredOnDrop::new(body, clock))
+                            })
+                        })
+                    })
+                };
+                let io = TokioIo::new(PrefixedIo::new(read, tcp));
+                let connection = http
+                    .serve_connection(io, TowerToHyperService::new(service))
+                    .with_upgrades();
+                run_connection(connection, handle, clock, server).await;
+            }
             drop((permit, client_slot));
         };
         tokio::spawn(shared.lifecycle.track(task));

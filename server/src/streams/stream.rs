@@ -575,7 +575,8 @@ impl Stream {
         payload: &[u8],
         budget: &Arc<Bounded>,
     ) -> Result<(), AppendRefusal> {
-        let full_max = self.full.geometry().map_or(0, |g| g.max_payload());
+        let full = self.full.geometry().ok();
+        let full_max = full.map_or(0, |g| g.max_payload());
         if payload.len() > full_max {
             return Err(AppendRefusal::TooLarge {
                 len: payload.len(),
@@ -588,13 +589,24 @@ impl Stream {
         // Grow while a dimension the ring is short of can still grow: a
         // ring at its configured events (or bytes) evicts by them, as the
         // configured ring does, instead of being rebuilt per append.
-        let full = self.full.geometry().ok();
-        let short_of_events = tail.sizes.len() + 2 > geometry.events() / 2
-            && full.is_some_and(|full| geometry.events() < full.events());
-        let short_of_bytes = ((tail.words + words) * 8 > geometry.bytes() / 2
-            || payload.len() > geometry.max_payload())
-            && full.is_some_and(|full| geometry.bytes() < full.bytes());
-        if short_of_events || short_of_bytes || tail.writer.is_none() {
+        let short = |tail: &Tail| {
+            let short_of_events = tail.sizes.len() + 2 > geometry.events() / 2
+                && full.is_some_and(|full| geometry.events() < full.events());
+            let short_of_bytes = ((tail.words + words) * 8 > geometry.bytes() / 2
+                || payload.len() > geometry.max_payload())
+                && full.is_some_and(|full| geometry.bytes() < full.bytes());
+            short_of_events || short_of_bytes
+        };
+        // The counts may still include messages the ring evicted (they are
+        // forgotten in bulk: `Tail::held`), which can only make the ring
+        // look short: a ring that looks short is judged again on exact
+        // counts.
+        let mut grow = tail.writer.is_none() || short(tail);
+        if grow && tail.writer.is_some() {
+            tail.forget_evicted();
+            grow = short(tail);
+        }
+        if grow {
             self.grow(tail, &ring, payload.len(), budget)?;
         }
         let Some(writer) = tail.writer.as_mut() else {
@@ -806,16 +818,28 @@ impl Tail {
         }
     }
 
-    /// Counts a message of `words` just emitted, and forgets those the
-    /// ring no longer retains: the counts are what the ring holds, not
-    /// what went through it.
+    /// Counts a message of `words` just emitted. The counts of messages
+    /// the ring evicted are forgotten in bulk ([`Tail::forget_evicted`]),
+    /// once they pass the ring's events by an eighth, or when a decision
+    /// needs them exact: finding the oldest retained message reads slots
+    /// of a ring cold in cache when many streams take turns, which cost
+    /// more than the rest of an emit.
     fn held(&mut self, words: usize) {
         self.sizes.push_back(words);
         self.words += words;
+        let events = self.ring().geometry().events();
+        if self.sizes.len() > events + events / 8 {
+            self.forget_evicted();
+        }
+    }
+
+    /// Forgets the counts of the messages the ring no longer retains: the
+    /// counts are then what the ring holds, not what went through it.
+    fn forget_evicted(&mut self) {
         let ring = self.ring();
         let published = ring.published();
-        // The oldest seq whose size is kept was retained at the last emit;
-        // the search gallops up from it (most emits evict one or none).
+        // The oldest seq whose size is kept was retained when its size was
+        // counted; the search gallops up from it.
         let oldest_kept = (published + 1).saturating_sub(self.sizes.len() as u64);
         let first_retained = ring.first_retained_from(oldest_kept);
         // Exact, not a bound: only this writer evicts, and it holds the tail.

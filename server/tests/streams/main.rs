@@ -18,6 +18,7 @@
 #[allow(dead_code)]
 mod prometheus;
 
+mod append_loop;
 mod bad_input;
 mod live;
 mod memory;

@@ -1,0 +1,184 @@
+//! The connection's own append loop (`append_loop`) and its hand-over to
+//! hyper, over raw TCP: appends it answers, then a request it hands over
+//! with the bytes it already read (a pipelined one behind it included),
+//! then hyper answering the rest of the connection; a head and a body that
+//! arrive in separate writes; a body above the loop's limit.
+
+use crate::support::{bounded, create, read, start, stop, IO};
+use gapless_server::ServerConfig;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// One raw HTTP/1.1 answer: status, headers (names lowercased) and body.
+struct RawAnswer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl RawAnswer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Reads answers off a connection, keeping what follows one for the next.
+struct Answers {
+    tcp: TcpStream,
+    pending: Vec<u8>,
+}
+
+impl Answers {
+    async fn fill(&mut self) {
+        let mut chunk = [0u8; 4096];
+        let n = tokio::time::timeout(IO, self.tcp.read(&mut chunk))
+            .await
+            .expect("an answer within the timeout")
+            .expect("a read");
+        assert!(
+            n > 0,
+            "the connection closed; read so far: {:?}",
+            String::from_utf8_lossy(&self.pending)
+        );
+        self.pending.extend_from_slice(&chunk[..n]);
+    }
+
+    async fn next(&mut self) -> RawAnswer {
+        let head_end = loop {
+            if let Some(at) = self.pending.windows(4).position(|w| w == b"\r\n\r\n") {
+                break at + 4;
+            }
+            self.fill().await;
+        };
+        let head = String::from_utf8(self.pending[..head_end].to_vec()).expect("a text head");
+        let mut lines = head.split("\r\n");
+        let status_line = lines.next().expect("a status line");
+        let status = status_line
+            .split(' ')
+            .nth(1)
+            .and_then(|code| code.parse().ok())
+            .unwrap_or_else(|| panic!("a status in {status_line:?}"));
+        let headers: Vec<(String, String)> = lines
+            .filter(|line| !line.is_empty())
+            .map(|line| {
+                let (name, value) = line.split_once(':').expect("a header line");
+                (name.trim().to_ascii_lowercase(), value.trim().to_owned())
+            })
+            .collect();
+        let length: usize = headers
+            .iter()
+            .find(|(name, _)| name == "content-length")
+            .map_or(0, |(_, value)| value.parse().expect("a length"));
+        while self.pending.len() < head_end + length {
+            self.fill().await;
+        }
+        let body = self.pending[head_end..head_end + length].to_vec();
+        self.pending.drain(..head_end + length);
+        RawAnswer {
+            status,
+            headers,
+            body,
+        }
+    }
+}
+
+fn append_request(path: &str, body: &[u8]) -> Vec<u8> {
+    let mut request = format!(
+        "POST /v1/stream/{path} HTTP/1.1\r\nhost: test\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    request.extend_from_slice(body);
+    request
+}
+
+/// Two appends and a read pipelined in one write, and an append behind
+/// them: the loop answers the appends, hands the read (and the append
+/// behind it, already read) to hyper, and hyper answers both, in order.
+///
+/// Fails when the hand-over loses the bytes already read (the read is
+/// never answered), or when the loop answers out of order or twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_then_a_handed_over_read_on_one_pipelined_connection() {
+    bounded("append loop hand-over", async {
+        let (server, client) = start(ServerConfig::default()).await;
+        create(&client, "loop", "text/plain").await;
+        let mut pipelined = append_request("loop", b"one,");
+        pipelined.extend(append_request("loop", b"two,"));
+        pipelined
+            .extend_from_slice(b"GET /v1/stream/loop?offset=-1 HTTP/1.1\r\nhost: test\r\n\r\n");
+        pipelined.extend(append_request("loop", b"three"));
+        let mut tcp = TcpStream::connect(server.addr()).await.expect("connect");
+        tcp.write_all(&pipelined).await.expect("write");
+        let mut answers = Answers {
+            tcp,
+            pending: Vec::new(),
+        };
+        let first = answers.next().await;
+        let second = answers.next().await;
+        assert_eq!((first.status, second.status), (204, 204));
+        let (one, two) = (
+            first.header("stream-next-offset").expect("an offset"),
+            second.header("stream-next-offset").expect("an offset"),
+        );
+        assert!(one < two, "offsets in append order: {one}, {two}");
+        assert!(first.header("date").is_some(), "an answer has a date");
+        let got = answers.next().await;
+        assert_eq!(got.status, 200);
+        assert_eq!(got.body, b"one,two,");
+        assert_eq!(got.header("stream-next-offset"), Some(two));
+        let third = answers.next().await;
+        assert_eq!(third.status, 204);
+        // The connection is hyper's now and still serves appends.
+        answers
+            .tcp
+            .write_all(&append_request("loop", b",four"))
+            .await
+            .expect("write");
+        assert_eq!(answers.next().await.status, 204);
+        let all = read(&client, "loop", "?offset=-1").await;
+        assert_eq!(all.text(), "one,two,three,four");
+        stop(server).await;
+    })
+    .await;
+}
+
+/// A head and its body written apart, then a second append: both
+/// answered on the same connection. A body above the loop's own limit
+/// (64 KiB) goes to hyper and is appended whole.
+///
+/// Fails when the loop answers before the body is whole (an empty or cut
+/// append), or refuses a body only because it is large.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_after_its_head_and_a_large_body_are_appended_whole() {
+    bounded("append loop bodies", async {
+        let (server, client) = start(ServerConfig::default()).await;
+        create(&client, "bodies", "text/plain").await;
+        let mut tcp = TcpStream::connect(server.addr()).await.expect("connect");
+        let request = append_request("bodies", b"split body|");
+        let head_len = request.len() - b"split body|".len();
+        tcp.write_all(&request[..head_len]).await.expect("write");
+        tcp.flush().await.expect("flush");
+        tcp.write_all(&request[head_len..]).await.expect("write");
+        let mut answers = Answers {
+            tcp,
+            pending: Vec::new(),
+        };
+        assert_eq!(answers.next().await.status, 204);
+        let large = vec![b'x'; 100 << 10];
+        answers
+            .tcp
+            .write_all(&append_request("bodies", &large))
+            .await
+            .expect("write");
+        assert_eq!(answers.next().await.status, 204);
+        let all = read(&client, "bodies", "?offset=-1").await;
+        assert_eq!(all.body.len(), "split body|".len() + large.len());
+        assert!(all.body.starts_with(b"split body|x"));
+        stop(server).await;
+    })
+    .await;
+}
