@@ -21,9 +21,10 @@
 //! else, a head that `httparse` refuses (hyper answers it `400`), a head
 //! past [`MAX_HEAD`] bytes (hyper answers `431`), goes to hyper. The same
 //! bounds hold as under hyper: the request-head timeout (the connection's
-//! [`HeadClock`]), the body read timeout (a body still short at it goes to
-//! hyper with what arrived, which waits its own timeout), and a graceful
-//! shutdown closes the connection between requests.
+//! [`HeadClock`]), the body read timeout (the route's `408
+//! body_read_timeout` when a body is still short at it, and the connection
+//! closed), and a graceful shutdown closes the connection between
+//! requests.
 
 use crate::connection::Peer;
 use crate::direct_route::Direct;
@@ -87,6 +88,16 @@ struct AppendHead {
     headers: Vec<(Range<usize>, Range<usize>)>,
 }
 
+impl AppendHead {
+    /// Whether the request carried an `Origin` (`bytes`: what it was
+    /// parsed from, or more).
+    fn has_origin(&self, bytes: &[u8]) -> bool {
+        self.headers
+            .iter()
+            .any(|(name, _)| bytes[name.clone()].eq_ignore_ascii_case(b"origin"))
+    }
+}
+
 /// What the bytes read so far hold.
 #[derive(Debug)]
 enum Parsed {
@@ -139,15 +150,27 @@ impl AppendLoop<'_> {
             self.clock.head_arrived();
             let whole = head.len + head.content_length;
             buffer.reserve(whole.saturating_sub(buffer.len()));
-            while buffer.len() < whole {
-                match tokio::time::timeout(config.body_read_timeout, tcp.read_buf(&mut buffer))
-                    .await
-                {
-                    Ok(Ok(0) | Err(_)) => return LoopEnd::Closed,
-                    Ok(Ok(_)) => {}
-                    // hyper answers it, after its own wait (at most twice
-                    // the body read timeout in all).
-                    Err(_) => return LoopEnd::HandOver(tcp, buffer.freeze()),
+            if buffer.len() < whole {
+                let body = async {
+                    while buffer.len() < whole {
+                        match tcp.read_buf(&mut buffer).await {
+                            Ok(0) | Err(_) => return false,
+                            Ok(_) => {}
+                        }
+                    }
+                    true
+                };
+                match tokio::time::timeout(config.body_read_timeout, body).await {
+                    Ok(true) => {}
+                    Ok(false) => return LoopEnd::Closed,
+                    Err(_) => {
+                        let had_origin = head.has_origin(&buffer);
+                        let answer = self.direct.append_body_timed_out(had_origin);
+                        if let Some((answer, _)) = encode(answer).await {
+                            let _ = tcp.write_all(&answer).await;
+                        }
+                        return LoopEnd::Closed;
+                    }
                 }
             }
             let bytes = buffer.split_to(whole).freeze();

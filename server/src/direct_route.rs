@@ -15,11 +15,13 @@
 //! every other request of the route from hyper.
 
 use crate::connection::Peer;
-use crate::handlers::streams::serve_stream;
+use crate::extract::BodyError;
+use crate::handlers::streams::{body_refused, serve_stream};
 use crate::layers::{json_errors, panicked, AnyOrigin};
+use crate::metrics::Limit;
 use crate::state::ServerState;
 use axum::body::Body;
-use axum::http::{header, Request, Response};
+use axum::http::{header, Method, Request, Response};
 use futures_util::FutureExt as _;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -84,6 +86,18 @@ impl Direct {
             Err(panic) => panicked(&self.state, panic),
         };
         self.cors.apply(&method, had_origin, response.headers_mut());
+        response
+    }
+
+    /// The route's answer to an append whose body did not arrive within
+    /// `--body-read-timeout` (counted as a tripped limit), as the handler
+    /// gives it when it reads the body: `408 body_read_timeout`, closing the
+    /// connection. `had_origin`: the request carried an `Origin`.
+    pub(crate) fn append_body_timed_out(&self, had_origin: bool) -> Response<Body> {
+        self.state.metrics.tripped(Limit::BodyReadTimeout);
+        let mut response = body_refused(&BodyError::Timeout);
+        self.cors
+            .apply(&Method::POST, had_origin, response.headers_mut());
         response
     }
 }

@@ -49,6 +49,7 @@
 //! | `loom-tests/tests/bracket.rs` | a reader overtaken by a whole seq-field range does not misdecode the claim word |
 //! | `loom-tests/tests/single_writer.rs` | the single writer's plain-store claim and publish: followers woken, readers get intact bytes or a gap |
 //! | `loom-tests/tests/restored.rs` | a ring started after a restored seq runs the same protocol from there |
+//! | `loom-tests/tests/retention_hint.rs` | the oldest retained seq searched up from an earlier answer (`first_retained_from`) is the oldest at an instant of the call, across slot and arena laps |
 //!
 //! Each model asserts that its interesting interleavings were reached, and
 //! was shown to fail on a planted bug. Models that must stall an emitter

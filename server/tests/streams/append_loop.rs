@@ -182,3 +182,55 @@ async fn a_body_after_its_head_and_a_large_body_are_appended_whole() {
     })
     .await;
 }
+
+/// An append whose body stops short: `408 body_read_timeout` at the body
+/// read timeout, as the route answers it under hyper, the connection
+/// closed, nothing appended, the limit counted.
+///
+/// Fails when the loop waits for the body without a bound, or answers
+/// other than the route does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_stops_short_is_answered_408_and_the_connection_closed() {
+    bounded("append loop body timeout", async {
+        let (server, client) = start(ServerConfig {
+            body_read_timeout: std::time::Duration::from_millis(300),
+            ..ServerConfig::default()
+        })
+        .await;
+        let start_offset = create(&client, "slow", "text/plain").await;
+        let mut tcp = TcpStream::connect(server.addr()).await.expect("connect");
+        let request = append_request("slow", &[b'x'; 100]);
+        // The head and part of the body; the rest never comes. The answer
+        // and the close are the synchronisation.
+        tcp.write_all(&request[..request.len() - 60])
+            .await
+            .expect("write");
+        let mut answer = Vec::new();
+        tokio::time::timeout(IO, tcp.read_to_end(&mut answer))
+            .await
+            .expect("the close within the timeout")
+            .expect("a read");
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(
+            answer.contains(r#""error":"body_read_timeout""#),
+            "{answer}"
+        );
+        assert!(
+            answer.to_ascii_lowercase().contains("connection: close"),
+            "{answer}"
+        );
+        let all = read(&client, "slow", "?offset=-1").await;
+        assert!(all.body.is_empty(), "nothing appended");
+        assert_eq!(all.next_offset(), start_offset);
+        let metrics = crate::support::send(&client, client.get("/metrics"), "metrics").await;
+        assert!(
+            metrics
+                .text()
+                .contains(r#"gapless_limits_tripped_total{kind="body_read_timeout"} 1"#),
+            "the limit is counted"
+        );
+        stop(server).await;
+    })
+    .await;
+}

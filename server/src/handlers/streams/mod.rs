@@ -17,5 +17,5 @@ mod limits;
 mod live;
 mod query;
 
-pub(crate) use answer::{EXPOSED_HEADERS, REQUEST_HEADERS};
+pub(crate) use answer::{body_refused, EXPOSED_HEADERS, REQUEST_HEADERS};
 pub(crate) use http::{serve_stream, stream_route};
