@@ -652,19 +652,26 @@ impl Stream {
         let footprint = footprint(&config).map_err(|_| AppendRefusal::MemoryBudget)?;
         let memory = self.charge(budget, footprint)?;
         let mut writer = Writer::try_new(config).map_err(|_| AppendRefusal::MemoryBudget)?;
-        let (mut sizes, mut words) = (VecDeque::new(), 0);
-        let mut seq = old.first_retained();
+        let first = old.first_retained();
+        let retained = (old.published() + 1).saturating_sub(first) as usize;
+        let (mut sizes, mut words) = (VecDeque::with_capacity(retained + 1), 0);
+        let mut seq = first;
+        // Copied in batches borrowed from one buffer each (no reference
+        // count per message): a stream grows several times while young.
         while seq <= old.published() {
             let batch = old
-                .replay_range(seq - 1, old.published().min(seq + 255))
+                .replay_batch(seq - 1, old.published().min(seq + 255))
                 .map_err(|_| AppendRefusal::Gone)?;
-            for event in batch {
+            if batch.is_empty() {
+                break;
+            }
+            for (at, payload) in batch.iter() {
                 writer
-                    .emit(&event.payload)
+                    .emit(payload)
                     .map_err(|_| AppendRefusal::MemoryBudget)?;
-                sizes.push_back(event.payload.len().div_ceil(8));
-                words += event.payload.len().div_ceil(8);
-                seq = event.seq + 1;
+                sizes.push_back(payload.len().div_ceil(8));
+                words += payload.len().div_ceil(8);
+                seq = at + 1;
             }
         }
         *self.ring.lock().unwrap_or_else(PoisonError::into_inner) = Arc::clone(writer.ring());
