@@ -214,7 +214,8 @@ fn parse(bytes: &[u8]) -> Parsed {
         return Parsed::Other;
     };
     let route_path = target.split_once('?').map_or(target, |(path, _)| path);
-    if Direct::path_of(route_path).is_none() {
+    // Decoded once, in `request`: a path that does not decode is hyper's.
+    if !Direct::may_be_route(route_path) {
         return Parsed::Other;
     }
     let offset = |part: &[u8]| {
@@ -359,6 +360,14 @@ mod tests {
         assert_eq!(request.uri().query(), Some("x=1"));
         assert_eq!(request.headers()["content-type"], "text/plain");
         assert_eq!(request.headers().len(), 3);
+
+        // A path that does not decode parses as an append's head; the
+        // request is then hyper's, which answers it as the router does.
+        let undecodable = b"POST /v1/stream/%FF HTTP/1.1\r\nContent-Length: 0\r\n\r\n";
+        let Parsed::Append(parsed) = head(undecodable) else {
+            panic!("an append's head: {:?}", head(undecodable));
+        };
+        assert!(super::request(&Bytes::from_static(undecodable), &parsed).is_none());
 
         // Not whole yet.
         assert!(matches!(

@@ -47,15 +47,23 @@ impl Direct {
         })
     }
 
+    /// Whether `uri_path` may be the route's: a non-empty rest after
+    /// [`PREFIX`]. A cheap test before [`Self::path_of`] decodes it.
+    pub(crate) fn may_be_route(uri_path: &str) -> bool {
+        uri_path
+            .strip_prefix(PREFIX)
+            .is_some_and(|rest| !rest.is_empty())
+    }
+
     /// The stream's path (decoded) if `uri_path` is the route's, as the
     /// router would capture it: a non-empty rest after [`PREFIX`] that
     /// percent-decodes to UTF-8. `None` for anything else, which the router
     /// answers.
     pub(crate) fn path_of(uri_path: &str) -> Option<String> {
-        let rest = uri_path.strip_prefix(PREFIX)?;
-        if rest.is_empty() {
+        if !Self::may_be_route(uri_path) {
             return None;
         }
+        let rest = &uri_path[PREFIX.len()..];
         percent_encoding::percent_decode_str(rest)
             .decode_utf8()
             .ok()

@@ -13,6 +13,7 @@
 //! | `charge` | a stream's charge: the memory budget and its client's share, together |
 //! | `settings` | what a stream was created with, and the rules that compare and inherit them |
 //! | `stream` | one stream: ring, producers, closure, readers' wake-ups |
+//! | `fork_point` | what a fork takes from its source: retained messages up to the offset, a sub-offset prefix |
 //! | `shared` | streams in the shared history (`--redis`): any instance serves any stream |
 //! | `shared_create` | creating a stream there: pending log, a fork's claim and copy, completion or undo |
 //! | `shared_admission` | how many streams the shared history admits, in all and per client |
@@ -27,6 +28,7 @@
 
 pub(crate) mod charge;
 pub(crate) mod feed;
+pub(crate) mod fork_point;
 pub(crate) mod json_mode;
 pub(crate) mod numbering;
 pub(crate) mod offset;

@@ -4,10 +4,11 @@
 //! server's limits.
 
 use super::charge::ClientCharge;
+use super::fork_point::ForkPoint;
 use super::numbering::{Numbering, ReadRefusal};
 use super::offset::Generations;
 use super::settings::Settings;
-use super::stream::{Ended, ForkPoint, MakeError, NewStream, ProducerLimits, Stream};
+use super::stream::{Ended, MakeError, NewStream, ProducerLimits, Stream};
 use crate::admission::{Bounded, ClientShares};
 use crate::client_addr::ClientKey;
 use gapless::Config;

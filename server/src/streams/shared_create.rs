@@ -4,6 +4,7 @@
 //! stopped half way is completed by a retry or undone.
 
 use super::feed::PAGE_BYTES;
+use super::fork_point::sub_offset_prefix;
 use super::numbering::Numbering;
 use super::registry::{initial_payload, CreateRefusal};
 use super::settings::Settings;
@@ -11,7 +12,6 @@ use super::shared::{
     as_read, claim_field, create_unavailable, field, log_of, now_ms, SharedCreated, SharedStreams,
     View, DECIDE_TRIES,
 };
-use super::stream::sub_offset_prefix;
 use crate::client_addr::ClientKey;
 use crate::history::{Guard, History, HistoryError, Meta};
 use crate::ids::PublishKey;

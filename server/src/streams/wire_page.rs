@@ -267,9 +267,14 @@ impl Stream {
                 if self.json && count > 0 {
                     body.push(b",");
                 }
-                match replay.share(index) {
-                    Some(shared) if payload.len() >= SHARE_FROM => body.push_shared(shared),
-                    _ => body.push(payload),
+                // Shared only when large: a share is a reference count
+                // taken and dropped, dearer than copying a small payload.
+                match (payload.len() >= SHARE_FROM)
+                    .then(|| replay.share(index))
+                    .flatten()
+                {
+                    Some(shared) => body.push_shared(shared),
+                    None => body.push(payload),
                 }
                 payload_bytes += payload.len();
                 batch_bytes += payload.len();

@@ -234,3 +234,40 @@ async fn a_body_that_stops_short_is_answered_408_and_the_connection_closed() {
     })
     .await;
 }
+
+/// A stream path that does not percent-decode to UTF-8: the loop hands
+/// the request to hyper, which answers it as a server without the loop
+/// (the access log on) does, and the connection goes on serving appends.
+///
+/// Fails when the loop answers such a path itself (a lossy or raw path
+/// names another stream), or drops the connection on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undecodable_path_is_answered_as_the_router_does() {
+    bounded("append loop undecodable path", async {
+        let undecodable = append_request("%FF", b"x");
+        let mut statuses = Vec::new();
+        for access_log in [false, true] {
+            let (server, client) = start(ServerConfig {
+                access_log,
+                ..ServerConfig::default()
+            })
+            .await;
+            create(&client, "after", "text/plain").await;
+            let mut request = undecodable.clone();
+            request.extend(append_request("after", b"kept"));
+            let mut tcp = TcpStream::connect(server.addr()).await.expect("connect");
+            tcp.write_all(&request).await.expect("write");
+            let mut answers = Answers {
+                tcp,
+                pending: Vec::new(),
+            };
+            statuses.push(answers.next().await.status);
+            assert_eq!(answers.next().await.status, 204, "the next append");
+            assert_eq!(read(&client, "after", "?offset=-1").await.text(), "kept");
+            stop(server).await;
+        }
+        assert_eq!(statuses[0], statuses[1], "as the router answers it");
+        assert!((400..500).contains(&statuses[0]), "refused: {statuses:?}");
+    })
+    .await;
+}
