@@ -18,6 +18,7 @@ use super::rules::{
 use super::settings::{media_type, Settings};
 use crate::admission::Bounded;
 use gapless::{Config, EmitError, ReplayError, Ring, SingleWriter, Writer};
+use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -488,8 +489,10 @@ impl Stream {
         };
         let parsed = match (self.json, body.is_empty()) {
             (_, true) => Ok(None),
-            (true, false) => json_mode::payload(body, false).map_err(AppendRefusal::Json),
-            (false, false) => Ok(Some(body.to_vec())),
+            (true, false) => json_mode::payload(body, false)
+                .map(|payload| payload.map(Cow::Owned))
+                .map_err(AppendRefusal::Json),
+            (false, false) => Ok(Some(Cow::Borrowed(body))),
         };
         let now = millis_since(self.origin);
         let mut tail = self.tail();
@@ -586,13 +589,17 @@ impl Stream {
         let ring = Arc::clone(tail.ring());
         let geometry = ring.geometry();
         let words = payload.len().div_ceil(8);
-        // Grow while a dimension the ring is short of can still grow: a
-        // ring at its configured events (or bytes) evicts by them, as the
-        // configured ring does, instead of being rebuilt per append.
+        // Grow when this message would evict one (a single writer's ring
+        // retains its last `events` messages whose words fit in its arena,
+        // exactly) and the dimension it is short of can still grow: a ring
+        // at its configured events (or bytes) evicts by them, as the
+        // configured ring does, instead of being rebuilt per append. The
+        // new ring has room to double (`ring_for`), so a young stream's
+        // ring is between a quarter full and full.
         let short = |tail: &Tail| {
-            let short_of_events = tail.sizes.len() + 2 > geometry.events() / 2
+            let short_of_events = tail.sizes.len() + 1 > geometry.events()
                 && full.is_some_and(|full| geometry.events() < full.events());
-            let short_of_bytes = ((tail.words + words) * 8 > geometry.bytes() / 2
+            let short_of_bytes = (tail.words + words > geometry.arena_words()
                 || payload.len() > geometry.max_payload())
                 && full.is_some_and(|full| geometry.bytes() < full.bytes());
             short_of_events || short_of_bytes

@@ -89,6 +89,83 @@ fn a_ring_at_its_configured_events_is_not_rebuilt_per_append() {
     );
 }
 
+/// A young stream moves to a larger ring only when the next message
+/// would evict one from its ring: nothing is evicted below the configured
+/// size, and no ring is left while it still had room (a ring grown at half
+/// full holds twice the memory its messages need).
+///
+/// Fails when a ring grows before it is full (the old rule, at half), or
+/// when the check lets a message evict (a word or an event off by one).
+#[test]
+fn a_young_stream_grows_only_when_the_next_message_would_evict() {
+    // Small messages fill a ring's events first, large ones its bytes.
+    for largest in [700, 5000, 20_000] {
+        grows_only_when_full(largest);
+    }
+    // Each ring filled to one word short of its arena, then a message of
+    // two words: it must move to a larger ring, not evict the oldest.
+    let budget = Bounded::new(u64::MAX);
+    let stream = stream(Config::default().events(1 << 16).bytes(64 << 20), &budget);
+    stream
+        .append(b"first", &AppendRequest::default(), &budget)
+        .expect("append");
+    let mut words = 1;
+    for round in 0..6 {
+        let geometry = stream.ring().geometry();
+        while geometry.arena_words() - words > 1 {
+            let room = geometry.arena_words() - words - 1;
+            let take = room.min(geometry.max_payload() / 8 / 2).max(1);
+            stream
+                .append(&vec![b'y'; take * 8], &AppendRequest::default(), &budget)
+                .expect("append");
+            words += take;
+            assert_eq!(
+                stream.ring().geometry(),
+                geometry,
+                "round {round}: grown early"
+            );
+        }
+        stream
+            .append(&[b'z'; 16], &AppendRequest::default(), &budget)
+            .expect("append");
+        words += 2;
+        assert_ne!(
+            stream.ring().geometry(),
+            geometry,
+            "round {round}: not grown"
+        );
+        assert_eq!(stream.ring().first_retained(), 1, "round {round}: evicted");
+    }
+}
+
+fn grows_only_when_full(largest: usize) {
+    let budget = Bounded::new(u64::MAX);
+    let full = Config::default().events(1 << 16).bytes(64 << 20);
+    let stream = stream(full, &budget);
+    let (mut events, mut words, mut grown) = (0usize, 0usize, 0);
+    for n in 0..3000usize {
+        let payload = vec![b'x'; 1 + (n * 7919) % largest];
+        let before = stream.ring();
+        stream
+            .append(&payload, &AppendRequest::default(), &budget)
+            .expect("append");
+        let after = stream.ring();
+        assert_eq!(after.first_retained(), 1, "message {n} evicted one");
+        let incoming = payload.len().div_ceil(8);
+        if n > 0 && !Arc::ptr_eq(&before, &after) {
+            grown += 1;
+            let old = before.geometry();
+            let had_room = events < old.events()
+                && words + incoming <= old.arena_words()
+                && payload.len() <= old.max_payload();
+            assert!(!had_room, "grown at message {n} out of a ring with room");
+        }
+        events += 1;
+        words += incoming;
+    }
+    assert!(grown >= 5, "it grew {grown} times");
+}
+
 fn produce<'a>(id: &'a str, epoch: u64, seq: u64) -> AppendRequest<'a> {
     AppendRequest {
         producer: Some((id, epoch, seq)),
