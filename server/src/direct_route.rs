@@ -50,9 +50,14 @@ impl Direct {
     /// Whether `uri_path` may be the route's: a non-empty rest after
     /// [`PREFIX`]. A cheap test before [`Self::path_of`] decodes it.
     pub(crate) fn may_be_route(uri_path: &str) -> bool {
+        Self::rest_of(uri_path).is_some()
+    }
+
+    /// What follows [`PREFIX`] in `uri_path`, if that is not empty.
+    fn rest_of(uri_path: &str) -> Option<&str> {
         uri_path
             .strip_prefix(PREFIX)
-            .is_some_and(|rest| !rest.is_empty())
+            .filter(|rest| !rest.is_empty())
     }
 
     /// The stream's path (decoded) if `uri_path` is the route's, as the
@@ -60,10 +65,7 @@ impl Direct {
     /// percent-decodes to UTF-8. `None` for anything else, which the router
     /// answers.
     pub(crate) fn path_of(uri_path: &str) -> Option<String> {
-        if !Self::may_be_route(uri_path) {
-            return None;
-        }
-        let rest = &uri_path[PREFIX.len()..];
+        let rest = Self::rest_of(uri_path)?;
         percent_encoding::percent_decode_str(rest)
             .decode_utf8()
             .ok()

@@ -32,6 +32,16 @@ struct Answers {
 }
 
 impl Answers {
+    /// Connects to `addr`, writes `bytes`, and reads the answers.
+    async fn after_writing(addr: std::net::SocketAddr, bytes: &[u8]) -> Self {
+        let mut tcp = TcpStream::connect(addr).await.expect("connect");
+        tcp.write_all(bytes).await.expect("write");
+        Self {
+            tcp,
+            pending: Vec::new(),
+        }
+    }
+
     async fn fill(&mut self) {
         let mut chunk = [0u8; 4096];
         let n = tokio::time::timeout(IO, self.tcp.read(&mut chunk))
@@ -111,12 +121,7 @@ async fn appends_then_a_handed_over_read_on_one_pipelined_connection() {
         pipelined
             .extend_from_slice(b"GET /v1/stream/loop?offset=-1 HTTP/1.1\r\nhost: test\r\n\r\n");
         pipelined.extend(append_request("loop", b"three"));
-        let mut tcp = TcpStream::connect(server.addr()).await.expect("connect");
-        tcp.write_all(&pipelined).await.expect("write");
-        let mut answers = Answers {
-            tcp,
-            pending: Vec::new(),
-        };
+        let mut answers = Answers::after_writing(server.addr(), &pipelined).await;
         let first = answers.next().await;
         let second = answers.next().await;
         assert_eq!((first.status, second.status), (204, 204));
@@ -255,12 +260,7 @@ async fn an_undecodable_path_is_answered_as_the_router_does() {
             create(&client, "after", "text/plain").await;
             let mut request = undecodable.clone();
             request.extend(append_request("after", b"kept"));
-            let mut tcp = TcpStream::connect(server.addr()).await.expect("connect");
-            tcp.write_all(&request).await.expect("write");
-            let mut answers = Answers {
-                tcp,
-                pending: Vec::new(),
-            };
+            let mut answers = Answers::after_writing(server.addr(), &request).await;
             statuses.push(answers.next().await.status);
             assert_eq!(answers.next().await.status, 204, "the next append");
             assert_eq!(read(&client, "after", "?offset=-1").await.text(), "kept");
