@@ -1,7 +1,8 @@
 //! A connection's own HTTP/1.1 loop for the request that dominates a
 //! Durable Streams server, the append: it reads the request head and body
-//! from the socket itself, answers through the stream route's handler
-//! ([`Direct::serve`], so the answer is the route's), writes the answer in
+//! from the socket itself, answers through the stream route's append
+//! ([`Direct::append`]: the route handler's own reading of the headers,
+//! append and answer, so the answer is the route's), writes the answer in
 //! one write, and reads the next request. At the first request it does not
 //! answer it hands the connection, with the bytes it read of that request,
 //! to hyper ([`LoopEnd::HandOver`]), which serves it and every request
@@ -12,8 +13,10 @@
 //! machine, its body channel between the connection and the handler, the
 //! service glue's boxed future, a header map built from owned buffers.
 //! Here the head is parsed in place with `httparse`, header values and the
-//! body are slices of the one buffer the request was read into, and the
-//! answer is one buffer.
+//! body are slices of the one buffer the request was read into (no
+//! request or header map is built), and an accepted append's answer is
+//! written from its header list into one buffer (no response is built);
+//! a refusal is the route's `Response`, encoded.
 //!
 //! What it answers: `POST /v1/stream/{path}` over HTTP/1.1 with one
 //! `Content-Length` of at most [`MAX_BODY`], and no `Transfer-Encoding`,
@@ -26,15 +29,16 @@
 //! closed), and a graceful shutdown closes the connection between
 //! requests.
 
-use crate::connection::Peer;
 use crate::direct_route::Direct;
+use crate::handlers::streams::append::Accepted;
 use crate::head_timeout::HeadClock;
 use crate::lifecycle::turned_true;
 use crate::metrics::Limit;
 use crate::state::ServerState;
 use axum::body::Body;
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, Uri, Version};
-use bytes::{Bytes, BytesMut};
+use axum::http::uri::PathAndQuery;
+use axum::http::{header, HeaderValue};
+use bytes::{Buf, Bytes, BytesMut};
 use std::cell::RefCell;
 use std::ops::Range;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -72,7 +76,6 @@ pub(crate) struct AppendLoop<'a> {
     pub(crate) direct: &'a Direct,
     pub(crate) shared: &'a ServerState,
     pub(crate) clock: &'a HeadClock,
-    pub(crate) peer: Peer,
 }
 
 /// An append's head, parsed: where its parts lie in the bytes read.
@@ -114,6 +117,7 @@ impl AppendLoop<'_> {
     pub(crate) async fn run(self, mut tcp: TcpStream) -> LoopEnd {
         let config = &self.shared.config;
         let mut buffer = BytesMut::with_capacity(8 << 10);
+        let mut answer = Vec::with_capacity(512);
         let mut shutdown = self.shared.lifecycle.shutdown.clone();
         let head_timeout = self.clock.expired(config.header_read_timeout);
         tokio::pin!(head_timeout);
@@ -148,6 +152,10 @@ impl AppendLoop<'_> {
                 }
             };
             self.clock.head_arrived();
+            if head.content_length > self.direct.append_body_limit() {
+                // The route's 413, from its body reader.
+                return LoopEnd::HandOver(tcp, buffer.freeze());
+            }
             let whole = head.len + head.content_length;
             buffer.reserve(whole.saturating_sub(buffer.len()));
             if buffer.len() < whole {
@@ -173,18 +181,41 @@ impl AppendLoop<'_> {
                     }
                 }
             }
-            let bytes = buffer.split_to(whole).freeze();
-            let Some((path, request)) = request(&bytes, &head) else {
+            let request = &buffer[..whole];
+            let Some((path, raw_path)) = route_path(request, &head) else {
                 // Not what the router would take as the stream route's
                 // (a target that does not decode, say): hyper's to answer.
-                let mut rest = BytesMut::from(&bytes[..]);
-                rest.extend_from_slice(&buffer);
-                return LoopEnd::HandOver(tcp, rest.freeze());
+                return LoopEnd::HandOver(tcp, buffer.freeze());
             };
-            let response = self.direct.serve(path, request, self.peer).await;
-            let Some((answer, close)) = encode(response).await else {
-                return LoopEnd::Closed;
+            let headers = head
+                .headers
+                .iter()
+                .map(|(name, value)| (&request[name.clone()], &request[value.clone()]));
+            let had_origin = head.has_origin(request);
+            let body = &request[head.len..];
+            let appended = self
+                .direct
+                .append(&path, raw_path.path(), headers, had_origin, body)
+                .await;
+            answer.clear();
+            let close = match appended {
+                Ok(accepted) => {
+                    write_accepted(
+                        &accepted,
+                        self.direct.cors_on_write(had_origin),
+                        &mut answer,
+                    );
+                    false
+                }
+                Err(refused) => match encode(refused).await {
+                    Some((refused, close)) => {
+                        answer.extend_from_slice(&refused);
+                        close
+                    }
+                    None => return LoopEnd::Closed,
+                },
             };
+            buffer.advance(whole);
             if tcp.write_all(&answer).await.is_err() {
                 return LoopEnd::Closed;
             }
@@ -254,25 +285,47 @@ fn parse(bytes: &[u8]) -> Parsed {
     })
 }
 
-/// The request `head` describes in `bytes` (head and body), and the
-/// stream's path: `None` when a part does not convert as hyper's would
-/// (the request is then hyper's).
-fn request(bytes: &Bytes, head: &AppendHead) -> Option<(String, Request<Body>)> {
-    let uri = Uri::from_maybe_shared(bytes.slice(head.target.clone())).ok()?;
-    let path = Direct::path_of(uri.path())?;
-    let mut headers = HeaderMap::with_capacity(head.headers.len());
-    for (name, value) in &head.headers {
-        let name = HeaderName::from_bytes(&bytes[name.clone()]).ok()?;
-        let value = HeaderValue::from_maybe_shared(bytes.slice(value.clone())).ok()?;
-        headers.append(name, value);
+/// The stream's path (decoded) and the request target's path and query,
+/// of the request `head` describes in `request`: `None` when the target
+/// or a header value does not convert as hyper's would, or the path is
+/// not the route's as the router captures it (the request is then
+/// hyper's). Header names need no check: `httparse` takes a name only
+/// of token characters, the same set `http` takes.
+fn route_path(request: &[u8], head: &AppendHead) -> Option<(String, PathAndQuery)> {
+    let target = PathAndQuery::try_from(&request[head.target.clone()]).ok()?;
+    let path = Direct::path_of(target.path())?;
+    for (_, value) in &head.headers {
+        HeaderValue::from_bytes(&request[value.clone()]).ok()?;
     }
-    let body = bytes.slice(head.len..head.len + head.content_length);
-    let mut request = Request::new(Body::from(body));
-    *request.method_mut() = Method::POST;
-    *request.uri_mut() = uri;
-    *request.version_mut() = Version::HTTP_11;
-    *request.headers_mut() = headers;
-    Some((path, request))
+    Some((path, target))
+}
+
+/// The answer to an accepted append, as hyper writes it (see [`encode`]),
+/// into `out`: its status and headers, the CORS headers `cors` lists, a
+/// zero `content-length` unless `204`, a `date`.
+fn write_accepted(accepted: &Accepted, cors: Option<[(&str, &[u8]); 2]>, out: &mut Vec<u8>) {
+    let status = accepted.status();
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    out.extend_from_slice(b"\r\n");
+    let mut line = |name: &str, value: &[u8]| {
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    };
+    accepted.headers(&mut line);
+    for (name, value) in cors.into_iter().flatten() {
+        line(name, value);
+    }
+    if status != axum::http::StatusCode::NO_CONTENT {
+        line("content-length", b"0");
+    }
+    out.extend_from_slice(b"date: ");
+    with_http_date(|date| out.extend_from_slice(date));
+    out.extend_from_slice(b"\r\n\r\n");
 }
 
 /// `response` as HTTP/1.1 bytes, as hyper writes it (its headers, a
@@ -354,12 +407,17 @@ mod tests {
         };
         assert_eq!(parsed.content_length, 5);
         assert_eq!(&append[parsed.len..], b"hello");
-        let bytes = Bytes::from_static(append);
-        let (path, request) = request(&bytes, &parsed).expect("a request");
+        let (path, target) = route_path(append, &parsed).expect("the route's");
         assert_eq!(path, "a b");
-        assert_eq!(request.uri().query(), Some("x=1"));
-        assert_eq!(request.headers()["content-type"], "text/plain");
-        assert_eq!(request.headers().len(), 3);
+        assert_eq!(target.path(), "/v1/stream/a%20b");
+        assert_eq!(target.query(), Some("x=1"));
+        let headers: Vec<_> = parsed
+            .headers
+            .iter()
+            .map(|(name, value)| (&append[name.clone()], &append[value.clone()]))
+            .collect();
+        assert_eq!(headers[1], (&b"Content-Type"[..], &b"text/plain"[..]));
+        assert_eq!(headers.len(), 3);
 
         // A path that does not decode parses as an append's head; the
         // request is then hyper's, which answers it as the router does.
@@ -367,7 +425,15 @@ mod tests {
         let Parsed::Append(parsed) = head(undecodable) else {
             panic!("an append's head: {:?}", head(undecodable));
         };
-        assert!(super::request(&Bytes::from_static(undecodable), &parsed).is_none());
+        assert!(route_path(undecodable, &parsed).is_none());
+        // A header value `http` refuses (DEL) is never the loop's: either
+        // `httparse` refuses the head or `route_path` the value.
+        let delete = b"POST /v1/stream/a HTTP/1.1\r\nX: a\x7fb\r\nContent-Length: 0\r\n\r\n";
+        match head(delete) {
+            Parsed::Other => {}
+            Parsed::Append(parsed) => assert!(route_path(delete, &parsed).is_none()),
+            Parsed::Partial => panic!("a whole head taken for a partial one"),
+        }
 
         // Not whole yet.
         assert!(matches!(

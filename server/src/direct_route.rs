@@ -11,12 +11,14 @@
 //! lookup, the layer stack's boxed futures and clones), which cost more
 //! CPU than an append itself. A request it does not recognise as the
 //! stream route's (a path that does not decode, say) goes to the router.
-//! Appends come to it from the connection's own loop (`append_loop`),
+//! Appends come to it from the connection's own loop (`append_loop`,
+//! through [`Direct::append`], without a request or response built),
 //! every other request of the route from hyper.
 
 use crate::connection::Peer;
 use crate::extract::BodyError;
-use crate::handlers::streams::{body_refused, serve_stream};
+use crate::handlers::streams::append::{self, Accepted, AppendHeaders};
+use crate::handlers::streams::{body_refused, check_path, serve_stream};
 use crate::layers::{json_errors, panicked, AnyOrigin};
 use crate::metrics::Limit;
 use crate::state::ServerState;
@@ -97,6 +99,56 @@ impl Direct {
         };
         self.cors.apply(&method, had_origin, response.headers_mut());
         response
+    }
+
+    /// The largest append body the route takes ([`append::body_limit`]).
+    pub(crate) fn append_body_limit(&self) -> usize {
+        append::body_limit(&self.state)
+    }
+
+    /// An append the connection's own loop read (`append_loop`), answered
+    /// as [`Self::serve`] answers it: to the stream at `path` (from
+    /// [`Self::path_of`] of `raw_path`, the target's path undecoded), with
+    /// `headers` (names and values, in the order sent) and `body` (within
+    /// [`Self::append_body_limit`]); `had_origin`: one of the headers is
+    /// `Origin`. `Ok`: the append accepted, its answer written by the loop
+    /// with [`Accepted::headers`] and [`Self::cors_on_write`]; `Err`: the
+    /// answer.
+    pub(crate) async fn append<'a>(
+        &self,
+        path: &str,
+        raw_path: &str,
+        headers: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+        had_origin: bool,
+        body: &[u8],
+    ) -> Result<Accepted, Response<Body>> {
+        let state = &self.state;
+        let appended = AssertUnwindSafe(async {
+            check_path(path, raw_path)?;
+            let headers = AppendHeaders::read(headers)?;
+            match state.shared_streams.get() {
+                Some(shared) => {
+                    Box::pin(append::append(state, &**shared, path, &headers, body)).await
+                }
+                None => append::append(state, &*state.streams, path, &headers, body).await,
+            }
+        })
+        .catch_unwind()
+        .await;
+        let mut refused = match appended {
+            Ok(Ok(accepted)) => return Ok(accepted),
+            Ok(Err(refused)) => json_errors(refused).await,
+            Err(panic) => panicked(state, panic),
+        };
+        self.cors
+            .apply(&Method::POST, had_origin, refused.headers_mut());
+        Err(refused)
+    }
+
+    /// The CORS headers of an accepted append's answer (`had_origin`: the
+    /// request carried an `Origin`), as [`Self::serve`] adds them.
+    pub(crate) fn cors_on_write(&self, had_origin: bool) -> Option<[(&'static str, &[u8]); 2]> {
+        self.cors.on_write(had_origin)
     }
 
     /// The route's answer to an append whose body did not arrive within

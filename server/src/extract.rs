@@ -86,10 +86,18 @@ impl<S: Send + Sync> FromRequestParts<S> for PresentedKey {
 impl PresentedKey {
     /// The key `headers` present (both wires read it here).
     pub(crate) fn of(headers: &HeaderMap) -> Self {
-        Self(
+        Self::of_authorization(
             headers
                 .get(header::AUTHORIZATION)
-                .and_then(|value| value.to_str().ok())
+                .and_then(|value| value.to_str().ok()),
+        )
+    }
+
+    /// The key an `Authorization` value presents (`None`: no header, or
+    /// one that is not text).
+    pub(crate) fn of_authorization(value: Option<&str>) -> Self {
+        Self(
+            value
                 .and_then(bearer_token)
                 .and_then(|token| token.parse().ok()),
         )

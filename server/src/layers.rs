@@ -250,6 +250,24 @@ impl AnyOrigin {
     }
 }
 
+impl AnyOrigin {
+    /// The CORS headers [`Self::apply`] adds to the answer to a write
+    /// (`POST`, `PUT`, `DELETE`), name and value, in its order: none
+    /// without `Origin`. For an answer written without a header map (the
+    /// append loop's).
+    pub(crate) fn on_write(&self, had_origin: bool) -> Option<[(&'static str, &[u8]); 2]> {
+        had_origin.then(|| {
+            [
+                (header::ACCESS_CONTROL_ALLOW_ORIGIN.as_str(), &b"*"[..]),
+                (
+                    header::ACCESS_CONTROL_EXPOSE_HEADERS.as_str(),
+                    self.exposed.as_bytes(),
+                ),
+            ]
+        })
+    }
+}
+
 /// `names` as one header value, `a, b, c`.
 fn listed(names: &[&str]) -> HeaderValue {
     HeaderValue::from_str(&names.join(", ")).unwrap_or_else(|_| HeaderValue::from_static(""))

@@ -216,7 +216,6 @@ async fn accept(
                         direct: route,
                         shared: &server,
                         clock: &clock,
-                        peer,
                     };
                     own.run(tcp).await
                 }

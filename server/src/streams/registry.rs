@@ -145,17 +145,20 @@ impl Streams {
         stream.touch();
     }
 
-    fn expired(&self, stream: &Stream, now: SystemTime) -> bool {
-        stream.settings.expired(stream.idle_ms(), now)
-            || u128::from(stream.idle_ms()) >= self.idle.as_millis()
+    /// Whether `stream` expired (its TTL or `Stream-Expires-At`) or was
+    /// idle past the registry's idle limit. `now`: the wall clock, read
+    /// only for a stream with an `Expires-At` (an append reads the clock
+    /// once, in [`Stream::idle_ms`], when the stream has none).
+    fn expired(&self, stream: &Stream, now: impl FnOnce() -> SystemTime) -> bool {
+        let idle_ms = stream.idle_ms();
+        stream.settings.expired(idle_ms, now) || u128::from(idle_ms) >= self.idle.as_millis()
     }
 
     /// The stream at `path`, if it is live or soft-deleted (an expired one
     /// is removed first).
     pub(crate) fn get(&self, path: &str) -> Option<Arc<Stream>> {
         let stream = self.streams.get(path)?;
-        if !stream.soft_deleted.load(Ordering::Acquire) && self.expired(&stream, SystemTime::now())
-        {
+        if !stream.soft_deleted.load(Ordering::Acquire) && self.expired(&stream, SystemTime::now) {
             let _structure = self.lock();
             self.remove_if_expired_locked(&stream);
             return self.streams.get(path);
@@ -345,7 +348,7 @@ impl Streams {
     fn remove_if_expired_locked(&self, stream: &Arc<Stream>) {
         let now = SystemTime::now();
         let ended = stream.end_if(|stream| {
-            !stream.soft_deleted.load(Ordering::Acquire) && self.expired(stream, now)
+            !stream.soft_deleted.load(Ordering::Acquire) && self.expired(stream, || now)
         });
         if let Some(ended) = ended {
             self.ended_locked(stream, ended);
@@ -386,7 +389,7 @@ impl Streams {
     pub(crate) fn sweep(&self) {
         let now = SystemTime::now();
         for stream in self.streams.entries() {
-            if !stream.soft_deleted.load(Ordering::Acquire) && self.expired(&stream, now) {
+            if !stream.soft_deleted.load(Ordering::Acquire) && self.expired(&stream, || now) {
                 let _structure = self.lock();
                 self.remove_if_expired_locked(&stream);
             }

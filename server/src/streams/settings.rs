@@ -56,10 +56,11 @@ impl Settings {
         media_type(&self.content_type) == "application/json"
     }
 
-    /// Whether `Stream-Expires-At` has passed at `now`, or `Stream-TTL`
-    /// after `idle_ms` without an access.
-    pub(crate) fn expired(&self, idle_ms: u64, now: SystemTime) -> bool {
-        if self.expires_at.as_ref().is_some_and(|(_, at)| now >= *at) {
+    /// Whether `Stream-Expires-At` has passed at `now()` (the clock is read
+    /// only for a stream that has one), or `Stream-TTL` after `idle_ms`
+    /// without an access.
+    pub(crate) fn expired(&self, idle_ms: u64, now: impl FnOnce() -> SystemTime) -> bool {
+        if self.expires_at.as_ref().is_some_and(|(_, at)| now() >= *at) {
             return true;
         }
         self.ttl_secs

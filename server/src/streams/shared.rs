@@ -309,7 +309,7 @@ impl View {
                 .map_or(0, |at| now_ms.saturating_sub(at)),
             None => 0,
         };
-        self.settings.expired(idle_ms, SystemTime::now())
+        self.settings.expired(idle_ms, SystemTime::now)
     }
 
     pub(super) fn known(&self) -> Known {

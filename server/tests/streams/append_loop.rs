@@ -271,3 +271,103 @@ async fn an_undecodable_path_is_answered_as_the_router_does() {
     })
     .await;
 }
+
+/// An append with `extra` header lines (each ending `\r\n`).
+fn append_with(path: &str, extra: &str, body: &[u8]) -> Vec<u8> {
+    let mut request = format!(
+        "POST /v1/stream/{path} HTTP/1.1\r\nhost: test\r\n{extra}content-length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    request.extend_from_slice(body);
+    request
+}
+
+/// An answer as compared across servers: status, headers but `date`, the
+/// offset's generation (a stream's creation time) masked, and body.
+fn comparable(answer: &RawAnswer) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let headers = answer
+        .headers
+        .iter()
+        .filter(|(name, _)| name != "date")
+        .map(|(name, value)| match value.split_once('_') {
+            Some((generation, seq)) if name == "stream-next-offset" => (
+                name.clone(),
+                format!("{}_{seq}", "G".repeat(generation.len())),
+            ),
+            _ => (name.clone(), value.clone()),
+        })
+        .collect();
+    (answer.status, headers, answer.body.clone())
+}
+
+/// Every kind of answer to an append, from the loop (answered without a
+/// request or response built) and from the router (a server with the
+/// access log on, where no append takes the loop): the same status,
+/// headers in the same order, and body, for an append, a producer's
+/// append and its duplicate, a close, an append carrying `Origin`, and
+/// each refusal (no content type, another content type, an empty body,
+/// producer headers apart, a non-number epoch, a held header too long, a
+/// header that is not text, an unknown stream, a closed stream).
+///
+/// Fails when the loop's written answer drops, adds or reorders a header
+/// the route's response has (CORS on an `Origin`, `content-length: 0` on a
+/// `200`, the echoed producer headers), or reads a header otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_append_answer_of_the_loop_is_the_routers() {
+    bounded("append loop answers as the router", async {
+        let long = "s".repeat(300);
+        let producer = "producer-id: p\r\nproducer-epoch: 1\r\nproducer-seq: 0\r\ncontent-type: text/plain\r\n";
+        let requests: Vec<Vec<u8>> = vec![
+            append_request("s", b"one"),
+            append_with("s", producer, b"two"),
+            append_with("s", producer, b"two"),
+            append_with("s", "content-type: text/plain\r\norigin: https://a.example\r\n", b"o"),
+            append_with("s", "", b"no type"),
+            append_with("s", "content-type: application/json\r\n", b"[1]"),
+            append_with("s", "content-type: text/plain\r\n", b""),
+            append_with("s", "content-type: text/plain\r\nproducer-id: p\r\n", b"x"),
+            append_with(
+                "s",
+                "content-type: text/plain\r\nproducer-id: p\r\nproducer-epoch: x\r\nproducer-seq: 1\r\n",
+                b"x",
+            ),
+            append_with("s", &format!("content-type: text/plain\r\nstream-seq: {long}\r\n"), b"x"),
+            append_with("s", "content-type: text/plain\r\nstream-seq: caf\u{e9}\r\n", b"x"),
+            append_request("none", b"x"),
+            append_with("s", "content-type: text/plain\r\nstream-closed: true\r\n", b"last"),
+            append_request("s", b"after close"),
+        ];
+        let mut runs = Vec::new();
+        for access_log in [false, true] {
+            let (server, client) = start(ServerConfig {
+                access_log,
+                ..ServerConfig::default()
+            })
+            .await;
+            create(&client, "s", "text/plain").await;
+            let mut answers = Answers::after_writing(server.addr(), &requests.concat()).await;
+            let mut run = Vec::new();
+            for _ in &requests {
+                run.push(comparable(&answers.next().await));
+            }
+            runs.push(run);
+            stop(server).await;
+        }
+        for (at, (looped, routed)) in runs[0].iter().zip(&runs[1]).enumerate() {
+            assert_eq!(
+                looped,
+                routed,
+                "request {at}: {}",
+                String::from_utf8_lossy(&requests[at])
+            );
+        }
+        let statuses: Vec<u16> = runs[0].iter().map(|(status, _, _)| *status).collect();
+        assert_eq!(
+            statuses,
+            [204, 200, 204, 204, 400, 409, 400, 400, 400, 400, 400, 404, 204, 409],
+            "the answers compared are the ones meant"
+        );
+    })
+    .await;
+}

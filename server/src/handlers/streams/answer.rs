@@ -78,17 +78,21 @@ pub(crate) fn response(status: StatusCode) -> axum::http::response::Builder {
     builder
 }
 
-/// Adds the headers every answer of the protocol carries (see
-/// [`response`]) to `headers`.
+/// The headers every answer of the protocol carries (see [`response`]),
+/// in the order they are written.
+pub(crate) const PROTOCOL_HEADERS: [(&str, &str); 2] = [
+    ("x-content-type-options", "nosniff"),
+    ("cross-origin-resource-policy", "cross-origin"),
+];
+
+/// Adds [`PROTOCOL_HEADERS`] to `headers`.
 fn protocol_headers(headers: &mut HeaderMap) {
-    headers.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    headers.insert(
-        HeaderName::from_static("cross-origin-resource-policy"),
-        HeaderValue::from_static("cross-origin"),
-    );
+    for (name, value) in PROTOCOL_HEADERS {
+        headers.insert(
+            HeaderName::from_static(name),
+            HeaderValue::from_static(value),
+        );
+    }
 }
 
 /// The answer to `OPTIONS` (a CORS preflight): `204`, to which the CORS

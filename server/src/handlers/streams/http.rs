@@ -7,10 +7,8 @@
 //! it is, so its size does not matter.
 #![allow(clippy::result_large_err)]
 
-use super::answer::{
-    self, finish, response, CLOSED, EXPIRES_AT, NEXT_OFFSET, PRODUCER_EPOCH, PRODUCER_SEQ,
-    PUBLISH_KEY, TTL,
-};
+use super::answer::{self, finish, response, CLOSED, EXPIRES_AT, NEXT_OFFSET, PUBLISH_KEY, TTL};
+use super::append::{self, AppendHeaders};
 use super::query::ReadQuery;
 use super::{limits, live};
 use crate::extract::{read_body, Client, OverLimit, PresentedKey};
@@ -20,8 +18,8 @@ use crate::state::{AppState, ServerState};
 use crate::streams::feed::LocalFeed;
 use crate::streams::offset::Offset;
 use crate::streams::registry::{CreateRefusal, CreateRequest};
-use crate::streams::rules::{AppendRefusal, AppendRequest, Appended};
-use crate::streams::settings::{media_type, Settings};
+use crate::streams::rules::AppendRefusal;
+use crate::streams::settings::Settings;
 use crate::streams::writes::{Found, StreamWrites};
 use axum::body::Body;
 use axum::extract::{FromRequestParts, Path, Request, State};
@@ -90,10 +88,6 @@ mod names {
     pub(super) const FORK_OFFSET: HeaderName = HeaderName::from_static("stream-fork-offset");
     pub(super) const FORK_SUB_OFFSET: HeaderName =
         HeaderName::from_static("stream-fork-sub-offset");
-    pub(super) const STREAM_SEQ: HeaderName = HeaderName::from_static("stream-seq");
-    pub(super) const PRODUCER_ID: HeaderName = HeaderName::from_static("producer-id");
-    pub(super) const PRODUCER_EPOCH: HeaderName = HeaderName::from_static(super::PRODUCER_EPOCH);
-    pub(super) const PRODUCER_SEQ: HeaderName = HeaderName::from_static(super::PRODUCER_SEQ);
 }
 
 /// One header's value as text; `Err` for a value that is not.
@@ -115,22 +109,11 @@ fn strict_integer(value: &str) -> Option<u64> {
         .flatten()
 }
 
-/// The largest integer a JavaScript client sends exactly.
-const SAFE_INTEGER: u64 = (1 << 53) - 1;
-
-/// The request body within the stream body limit (`--max-body`, or the
-/// ring's largest message if larger) and `--body-read-timeout`, read by
-/// the server's one body reader; over the limit, the rest is drained
-/// before the `413` ([`OverLimit::Drain`]).
+/// The request body within the stream body limit ([`append::body_limit`])
+/// and `--body-read-timeout`, read by the server's one body reader; over
+/// the limit, the rest is drained before the `413` ([`OverLimit::Drain`]).
 async fn body(state: &ServerState, body: Body) -> Result<bytes::Bytes, Response<Body>> {
-    let config = &state.config;
-    // A stream takes a body as large as its ring's largest message, at
-    // least `--max-body`: the official client batches appends up to 1 MiB
-    // and a batch may pass that by one message.
-    let limit = config
-        .max_body
-        .max(config.ring().geometry().map_or(0, |g| g.max_payload()));
-    read_body(state, body, limit, OverLimit::Drain)
+    read_body(state, body, append::body_limit(state), OverLimit::Drain)
         .await
         .map_err(|error| answer::body_refused(&error))
 }
@@ -141,25 +124,6 @@ async fn body(state: &ServerState, body: Body) -> Result<bytes::Bytes, Response<
 fn authorized(state: &ServerState, expected: Option<&PublishKey>, headers: &HeaderMap) -> bool {
     let PresentedKey(presented) = PresentedKey::of(headers);
     may_write(expected, presented.as_ref(), !state.config.publish_keys)
-}
-
-/// Whether an append of `content_type` (`None` for none) may go to a
-/// stream of `stream_type`.
-fn content_type_matches(
-    body_empty: bool,
-    content_type: Option<&str>,
-    stream_type: &str,
-) -> Result<(), AppendRefusal> {
-    if body_empty {
-        return Ok(());
-    }
-    let Some(content_type) = content_type else {
-        return Err(AppendRefusal::NoContentType);
-    };
-    if media_type(content_type) != media_type(stream_type) {
-        return Err(AppendRefusal::ContentTypeMismatch);
-    }
-    Ok(())
 }
 
 async fn create(
@@ -349,135 +313,21 @@ async fn append(
     request: Request,
 ) -> Response<Body> {
     let (parts, body_stream) = request.into_parts();
-    let headers = parts.headers;
-    let close =
-        matches!(text(&headers, &names::CLOSED), Ok(Some(v)) if v.eq_ignore_ascii_case("true"));
-    let producer = match producer(&headers) {
-        Ok(producer) => producer,
-        Err(refused) => return refused,
-    };
-    let stream_seq = match text(&headers, &names::STREAM_SEQ) {
-        Ok(seq) => seq.map(str::to_owned),
-        Err(refused) => return refused,
-    };
-    let content_type = match text(&headers, &header::CONTENT_TYPE) {
-        Ok(value) => value.map(str::to_owned),
+    let headers = parts
+        .headers
+        .iter()
+        .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()));
+    let headers = match AppendHeaders::read(headers) {
+        Ok(headers) => headers,
         Err(refused) => return refused,
     };
     let body = match body(state, body_stream).await {
         Ok(body) => body,
         Err(refused) => return refused,
     };
-    if body.is_empty() && !close {
-        return answer::bad_request("an append needs a body (or Stream-Closed: true)");
-    }
-    let request = AppendRequest {
-        stream_seq: stream_seq.as_deref(),
-        producer: producer.as_ref().map(|(id, e, s)| (id.as_str(), *e, *s)),
-        close,
-    };
-    // Checked on the stream the append decides on (over Redis, the meta
-    // it decides on), each refusal typed.
-    let check = |found: &Found<'_>| {
-        if found.soft_deleted {
-            return Err(AppendRefusal::SoftDeleted);
-        }
-        if !authorized(state, found.publish_key.as_ref(), &headers) {
-            return Err(AppendRefusal::Unauthorized);
-        }
-        content_type_matches(body.is_empty(), content_type.as_deref(), found.content_type)
-    };
-    let appended = writes.append(path, &body, &request, check).await;
-    appended_response(appended, producer.as_ref(), body.is_empty(), state)
-}
-
-/// The answer to an append.
-fn appended_response(
-    appended: Result<Appended, AppendRefusal>,
-    producer: Option<&(String, u64, u64)>,
-    body_empty: bool,
-    state: &ServerState,
-) -> Response<Body> {
-    match appended {
-        Ok(Appended::Done { tail, closed }) => {
-            let status = match producer {
-                Some(_) if !body_empty => StatusCode::OK,
-                _ => StatusCode::NO_CONTENT,
-            };
-            let mut builder = response(status).header(NEXT_OFFSET, tail.header_value());
-            if let Some((_, epoch, seq)) = producer {
-                builder = builder
-                    .header(PRODUCER_EPOCH, epoch.to_string())
-                    .header(PRODUCER_SEQ, seq.to_string());
-            }
-            if closed {
-                builder = builder.header(CLOSED, "true");
-            }
-            finish(builder, Body::empty())
-        }
-        Ok(Appended::Duplicate {
-            last_seq,
-            closed,
-            tail,
-        }) => {
-            let mut builder =
-                response(StatusCode::NO_CONTENT).header(NEXT_OFFSET, tail.header_value());
-            if let Some((_, epoch, _)) = producer {
-                builder = builder
-                    .header(PRODUCER_EPOCH, epoch.to_string())
-                    .header(PRODUCER_SEQ, last_seq.to_string());
-            }
-            if closed {
-                builder = builder.header(CLOSED, "true");
-            }
-            finish(builder, Body::empty())
-        }
-        Err(refused) => {
-            match refused {
-                AppendRefusal::MemoryBudget => {
-                    state.metrics.tripped(crate::metrics::Limit::MemoryBudget)
-                }
-                AppendRefusal::ClientShare => state
-                    .metrics
-                    .tripped(crate::metrics::Limit::StreamMemoryPerClient),
-                _ => {}
-            }
-            answer::append_refused(&refused)
-        }
-    }
-}
-
-/// The idempotent producer's headers: all three or none.
-fn producer(headers: &HeaderMap) -> Result<Option<(String, u64, u64)>, Response<Body>> {
-    let id = text(headers, &names::PRODUCER_ID)?;
-    let epoch = text(headers, &names::PRODUCER_EPOCH)?;
-    let seq = text(headers, &names::PRODUCER_SEQ)?;
-    match (id, epoch, seq) {
-        (None, None, None) => Ok(None),
-        (Some(id), Some(epoch), Some(seq)) => {
-            if id.is_empty() {
-                return Err(answer::bad_request("Producer-Id must not be empty"));
-            }
-            let number = |value: &str, name: &str| {
-                value
-                    .bytes()
-                    .all(|b| b.is_ascii_digit())
-                    .then(|| value.parse::<u64>().ok())
-                    .flatten()
-                    .filter(|n| !value.is_empty() && *n <= SAFE_INTEGER)
-                    .ok_or_else(|| {
-                        answer::bad_request(&format!("{name} must be a non-negative integer"))
-                    })
-            };
-            Ok(Some((
-                id.to_owned(),
-                number(epoch, "Producer-Epoch")?,
-                number(seq, "Producer-Seq")?,
-            )))
-        }
-        _ => Err(answer::bad_request(
-            "Producer-Id, Producer-Epoch and Producer-Seq go together",
-        )),
+    match append::append(state, writes, path, &headers, &body).await {
+        Ok(accepted) => accepted.into_response(),
+        Err(refused) => refused,
     }
 }
 

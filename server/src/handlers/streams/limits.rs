@@ -26,45 +26,42 @@ pub(crate) const MAX_PATH: usize = 1024;
 /// The longest `Stream-Seq` and `Producer-Id` value, in bytes.
 pub(crate) const MAX_HELD_HEADER: usize = 256;
 
-/// The headers a stream keeps, capped at [`MAX_HELD_HEADER`].
-const HELD_HEADERS: [(&str, &str); 2] =
+/// The headers a stream keeps, capped at [`MAX_HELD_HEADER`]: each one's
+/// name and its name as a refusal shows it.
+pub(super) const HELD_HEADERS: [(&str, &str); 2] =
     [("stream-seq", "Stream-Seq"), ("producer-id", "Producer-Id")];
 
 /// Checks `request` to the stream at `path` (decoded) before its method's
-/// handler: `400 bad_request` for a path over [`MAX_PATH`] bytes or with
-/// an encoded slash (not checked on `OPTIONS`: a preflight is answered,
-/// the request it clears is refused readably), and for an append whose
-/// `Stream-Seq` or `Producer-Id` is over [`MAX_HELD_HEADER`] bytes.
+/// handler: [`check_path`], not on `OPTIONS` (a preflight is answered,
+/// the request it clears is refused readably). An append's held headers
+/// are checked first thing by its handler ([`super::append`]).
 pub(super) fn check(path: &str, request: &Request) -> Result<(), Response<Body>> {
-    let method = request.method();
-    if method == Method::OPTIONS {
+    if request.method() == Method::OPTIONS {
         return Ok(());
     }
+    check_path(path, request.uri().path())
+}
+
+/// `400 bad_request` for a stream path (`path`, decoded from `raw_path`)
+/// over [`MAX_PATH`] bytes or with an encoded slash.
+pub(crate) fn check_path(path: &str, raw_path: &str) -> Result<(), Response<Body>> {
     if path.len() > MAX_PATH {
         return Err(answer::bad_request(&format!(
             "a stream path is at most {MAX_PATH} bytes"
         )));
     }
-    if encoded_slash(request.uri().path()) {
+    if encoded_slash(raw_path) {
         return Err(answer::bad_request(
             "a stream path must not hold an encoded slash (%2F): write / itself",
         ));
     }
-    if method == Method::POST {
-        for (name, shown) in HELD_HEADERS {
-            if request
-                .headers()
-                .get_all(name)
-                .iter()
-                .any(|value| value.len() > MAX_HELD_HEADER)
-            {
-                return Err(answer::bad_request(&format!(
-                    "{shown} is at most {MAX_HELD_HEADER} bytes"
-                )));
-            }
-        }
-    }
     Ok(())
+}
+
+/// `400 bad_request` for a held header (`shown`, from [`HELD_HEADERS`])
+/// over [`MAX_HELD_HEADER`] bytes.
+pub(super) fn held_header_too_long(shown: &str) -> Response<Body> {
+    answer::bad_request(&format!("{shown} is at most {MAX_HELD_HEADER} bytes"))
 }
 
 /// Whether the raw (undecoded) request path holds `%2F` in either case.
