@@ -118,9 +118,14 @@ impl AppendLoop<'_> {
         let config = &self.shared.config;
         let mut buffer = BytesMut::with_capacity(8 << 10);
         let mut answer = Vec::with_capacity(512);
-        let mut shutdown = self.shared.lifecycle.shutdown.clone();
+        let shutdown = self.shared.lifecycle.shutdown.clone();
         let head_timeout = self.clock.expired(config.header_read_timeout);
         tokio::pin!(head_timeout);
+        // Made once: a wait made per read registers with the shutdown
+        // signal and unregisters again, under its lock, on every request.
+        let mut signal = shutdown.clone();
+        let shutting_down = turned_true(&mut signal);
+        tokio::pin!(shutting_down);
         loop {
             let head = loop {
                 match parse(&buffer) {
@@ -137,13 +142,16 @@ impl AppendLoop<'_> {
                 }
                 buffer.reserve(4 << 10);
                 tokio::select! {
+                    // The read first: woken by the next request, the loop
+                    // reads it without polling the other waits.
+                    biased;
                     read = tcp.read_buf(&mut buffer) => match read {
                         Ok(0) | Err(_) => return LoopEnd::Closed,
                         Ok(_) => {}
                     },
                     // Graceful: an idle connection closes; a request under
                     // way is answered first.
-                    () = turned_true(&mut shutdown), if idle => return LoopEnd::Closed,
+                    () = shutting_down.as_mut(), if idle => return LoopEnd::Closed,
                     () = head_timeout.as_mut() => {
                         self.shared.metrics.tripped(Limit::HeaderReadTimeout);
                         tracing::debug!("no request head within the header-read timeout");

@@ -12,8 +12,8 @@ use super::stream::{Ended, MakeError, NewStream, ProducerLimits, Stream};
 use crate::admission::{Bounded, ClientShares};
 use crate::client_addr::ClientKey;
 use gapless::Config;
+use hashbrown::hash_table::{Entry, HashTable};
 use std::collections::hash_map::RandomState;
-use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::Ordering;
 use std::sync::RwLock;
@@ -402,16 +402,18 @@ impl Streams {
     }
 }
 
-/// One shard of [`ByPath`].
-type Shard = RwLock<HashMap<String, Arc<Stream>>>;
+/// One shard of [`ByPath`]: the streams whose path hashes to it, each
+/// found by that hash (`ByPath::hasher`'s) and its path.
+type Shard = RwLock<HashTable<(String, Arc<Stream>)>>;
 
-/// The streams by path: shards of a `HashMap` under a `RwLock` each. A
-/// lookup holds a shard's read lock for one probe and an `Arc` clone; an
-/// insert or a removal (serialised anyway by the registry's structure
-/// lock) holds its write lock for one map operation. Unlike the engine's
-/// `Store`, whose read-copy-update copies a shard's table per insert (for
-/// sessions, read far more than created), a backend creating 100,000
-/// streams pays the same for the last as for the first.
+/// The streams by path: shards of a hash table under a `RwLock` each. A
+/// lookup hashes the path once (the hash picks the shard and probes its
+/// table), holds the shard's read lock for one probe and an `Arc` clone;
+/// an insert or a removal (serialised anyway by the registry's structure
+/// lock) holds its write lock for one table operation. Unlike the
+/// engine's `Store`, whose read-copy-update copies a shard's table per
+/// insert (for sessions, read far more than created), a backend creating
+/// 100,000 streams pays the same for the last as for the first.
 struct ByPath {
     shards: Box<[Shard]>,
     hasher: RandomState,
@@ -423,39 +425,52 @@ impl ByPath {
     fn new() -> Self {
         Self {
             shards: (0..Self::SHARDS)
-                .map(|_| RwLock::new(HashMap::new()))
+                .map(|_| RwLock::new(HashTable::new()))
                 .collect(),
             hasher: RandomState::new(),
         }
     }
 
-    fn shard(&self, path: &str) -> &Shard {
-        let at = self.hasher.hash_one(path) as usize % Self::SHARDS;
-        &self.shards[at]
+    /// `path`'s hash and its shard. The shard comes from middle bits of
+    /// the hash: a table probes from its low bits and tags entries with
+    /// its top 7, which would carry no information within a shard taken
+    /// from either.
+    fn shard(&self, path: &str) -> (u64, &Shard) {
+        let hash = self.hasher.hash_one(path);
+        let at = (hash >> 32) as usize % Self::SHARDS;
+        (hash, &self.shards[at])
+    }
+
+    /// The hash of an entry, for the table to move it when it grows.
+    fn rehash(&self) -> impl Fn(&(String, Arc<Stream>)) -> u64 + '_ {
+        |(path, _)| self.hasher.hash_one(path.as_str())
     }
 
     fn get(&self, path: &str) -> Option<Arc<Stream>> {
-        let shard = self
-            .shard(path)
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
-        shard.get(path).cloned()
+        let (hash, shard) = self.shard(path);
+        let shard = shard.read().unwrap_or_else(PoisonError::into_inner);
+        shard
+            .find(hash, |(held, _)| held == path)
+            .map(|(_, stream)| Arc::clone(stream))
     }
 
     fn insert(&self, path: String, stream: Arc<Stream>) {
-        let mut shard = self
-            .shard(&path)
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        shard.insert(path, stream);
+        let (hash, shard) = self.shard(&path);
+        let mut shard = shard.write().unwrap_or_else(PoisonError::into_inner);
+        match shard.entry(hash, |(held, _)| *held == path, self.rehash()) {
+            Entry::Occupied(mut held) => held.get_mut().1 = stream,
+            Entry::Vacant(vacant) => {
+                vacant.insert((path, stream));
+            }
+        }
     }
 
     fn remove(&self, path: &str) {
-        let mut shard = self
-            .shard(path)
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        shard.remove(path);
+        let (hash, shard) = self.shard(path);
+        let mut shard = shard.write().unwrap_or_else(PoisonError::into_inner);
+        if let Ok(held) = shard.find_entry(hash, |(held, _)| held == path) {
+            held.remove();
+        }
     }
 
     fn len(&self) -> usize {
@@ -470,7 +485,7 @@ impl ByPath {
         let mut out = Vec::new();
         for shard in self.shards.iter() {
             let shard = shard.read().unwrap_or_else(PoisonError::into_inner);
-            out.extend(shard.values().cloned());
+            out.extend(shard.iter().map(|(_, stream)| Arc::clone(stream)));
         }
         out
     }
