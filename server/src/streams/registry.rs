@@ -211,8 +211,7 @@ impl Streams {
             source.forks.fetch_add(1, Ordering::AcqRel);
         }
         let stream = Arc::new(stream);
-        self.streams
-            .insert(request.path.clone(), Arc::clone(&stream));
+        self.streams.insert(Arc::clone(&stream));
         Ok(Created::New(stream))
     }
 
@@ -403,8 +402,9 @@ impl Streams {
 }
 
 /// One shard of [`ByPath`]: the streams whose path hashes to it, each
-/// found by that hash (`ByPath::hasher`'s) and its path.
-type Shard = RwLock<HashTable<(String, Arc<Stream>)>>;
+/// found by that hash (`ByPath::hasher`'s) and its own path (the key is
+/// not held twice).
+type Shard = RwLock<HashTable<Arc<Stream>>>;
 
 /// The streams by path: shards of a hash table under a `RwLock` each. A
 /// lookup hashes the path once (the hash picks the shard and probes its
@@ -442,25 +442,24 @@ impl ByPath {
     }
 
     /// The hash of an entry, for the table to move it when it grows.
-    fn rehash(&self) -> impl Fn(&(String, Arc<Stream>)) -> u64 + '_ {
-        |(path, _)| self.hasher.hash_one(path.as_str())
+    fn rehash(&self) -> impl Fn(&Arc<Stream>) -> u64 + '_ {
+        |stream| self.hasher.hash_one(stream.path.as_str())
     }
 
     fn get(&self, path: &str) -> Option<Arc<Stream>> {
         let (hash, shard) = self.shard(path);
         let shard = shard.read().unwrap_or_else(PoisonError::into_inner);
-        shard
-            .find(hash, |(held, _)| held == path)
-            .map(|(_, stream)| Arc::clone(stream))
+        shard.find(hash, |held| held.path == path).map(Arc::clone)
     }
 
-    fn insert(&self, path: String, stream: Arc<Stream>) {
-        let (hash, shard) = self.shard(&path);
+    /// Inserts `stream` at its path, in place of any stream there.
+    fn insert(&self, stream: Arc<Stream>) {
+        let (hash, shard) = self.shard(&stream.path);
         let mut shard = shard.write().unwrap_or_else(PoisonError::into_inner);
-        match shard.entry(hash, |(held, _)| *held == path, self.rehash()) {
-            Entry::Occupied(mut held) => held.get_mut().1 = stream,
+        match shard.entry(hash, |held| held.path == stream.path, self.rehash()) {
+            Entry::Occupied(mut held) => *held.get_mut() = stream,
             Entry::Vacant(vacant) => {
-                vacant.insert((path, stream));
+                vacant.insert(stream);
             }
         }
     }
@@ -468,7 +467,7 @@ impl ByPath {
     fn remove(&self, path: &str) {
         let (hash, shard) = self.shard(path);
         let mut shard = shard.write().unwrap_or_else(PoisonError::into_inner);
-        if let Ok(held) = shard.find_entry(hash, |(held, _)| held == path) {
+        if let Ok(held) = shard.find_entry(hash, |held| held.path == path) {
             held.remove();
         }
     }
@@ -485,7 +484,7 @@ impl ByPath {
         let mut out = Vec::new();
         for shard in self.shards.iter() {
             let shard = shard.read().unwrap_or_else(PoisonError::into_inner);
-            out.extend(shard.iter().map(|(_, stream)| Arc::clone(stream)));
+            out.extend(shard.iter().map(Arc::clone));
         }
         out
     }

@@ -218,7 +218,9 @@ pub(crate) struct Stream {
     pub(super) client: Option<ClientCharge>,
     /// The last catch-up page built, for the next reader from the same
     /// place (`wire_page`): charged while kept, dropped with the stream.
-    pub(super) kept_page: Mutex<Option<super::wire_page::KeptPage>>,
+    /// Boxed: most streams never keep one, and each stream would carry
+    /// its 144 bytes.
+    pub(super) kept_page: Mutex<Option<Box<super::wire_page::KeptPage>>>,
     /// The stream's own overhead and its path, charged.
     _overhead: Charge,
 }

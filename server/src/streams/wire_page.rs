@@ -205,19 +205,19 @@ impl Stream {
         let page = self.build_page(&ring, cursor, published, max_bytes)?;
         if page.len >= KEEP_FROM {
             if let Ok(charge) = take_charge(budget, self.client.as_ref(), page.held as u64) {
-                *self.kept_page() = Some(KeptPage {
+                *self.kept_page() = Some(Box::new(KeptPage {
                     ring: Arc::downgrade(&ring),
                     after: cursor,
                     json: self.json,
                     page: page.clone(),
                     _charge: charge,
-                });
+                }));
             }
         }
         Ok(page)
     }
 
-    fn kept_page(&self) -> std::sync::MutexGuard<'_, Option<KeptPage>> {
+    fn kept_page(&self) -> std::sync::MutexGuard<'_, Option<Box<KeptPage>>> {
         self.kept_page
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
