@@ -6,6 +6,7 @@
 use crate::memory::MemoryHistory;
 use crate::test_support::{Persistence, RedisServer};
 use crate::{
+    DiskHistory, Fsync,
     counter, Change, Follower, Guard, History, HistoryConfig, HistoryError, Known, LogId, Meta,
     MetaUpdate, RedisHistory,
 };
@@ -630,6 +631,41 @@ async fn redis_history(redis: &RedisServer) -> RedisHistory {
     })
     .await
     .expect("redis-server answers")
+}
+
+/// A disk history in a fresh directory (the directory goes with the
+/// returned guard, after the history).
+fn disk_history() -> (DiskHistory, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let config = HistoryConfig {
+        url: String::new(),
+        cluster: false,
+        timeout: Duration::from_secs(5),
+        retention: 4,
+        retention_bytes: 1 << 20,
+        idle: Duration::from_secs(600),
+        ca_file: None,
+    };
+    let history = DiskHistory::open(dir.path(), config, Fsync::Always).expect("the disk history opens");
+    (history, dir)
+}
+
+#[tokio::test]
+async fn the_disk_history_keeps_the_contract() {
+    let (history, _dir) = disk_history();
+    contract(&history).await;
+}
+
+#[tokio::test]
+async fn the_disk_historys_guard_unsets_fields() {
+    let (history, _dir) = disk_history();
+    unset(&history).await;
+}
+
+#[tokio::test]
+async fn the_disk_history_answers_named_fields() {
+    let (history, _dir) = disk_history();
+    named_fields(&history).await;
 }
 
 #[tokio::test]

@@ -62,6 +62,8 @@ pub mod config;
 mod connection;
 #[cfg(test)]
 mod contract_tests;
+mod disk;
+mod expiring;
 mod group_commit;
 pub mod ids;
 mod keys;
@@ -78,6 +80,7 @@ mod reply;
 pub mod test_support;
 
 pub use config::HistoryConfig;
+pub use disk::{DiskError, DiskHistory, Fsync};
 pub use group_commit::{push_batch_args, Spawner, Task};
 pub use ids::{LogId, LogKind};
 pub use notify::{Change, Followed};

@@ -17,7 +17,7 @@ use super::{
     counter, Admission, Change, Follower, Guard, History, HistoryConfig, HistoryError, Known, Meta,
     MetaUpdate, Snapshot, Updated,
 };
-use crate::keys::admission_ttl;
+use crate::expiring::{AdmissionSets, Tokens};
 use crate::LogId;
 use bytes::Bytes;
 use std::collections::{BTreeMap, HashMap};
@@ -62,10 +62,8 @@ pub struct Faults {
 pub struct MemoryHistory {
     config: HistoryConfig,
     logs: Mutex<HashMap<LogId, Stored>>,
-    /// Tokens by log and name: the value and when it expires.
-    tokens: Mutex<HashMap<(LogId, String), (String, Instant)>>,
-    /// Admission sets by name: each member's expiry.
-    admissions: Mutex<HashMap<String, HashMap<String, Instant>>>,
+    tokens: Tokens,
+    admissions: AdmissionSets,
     faults: Mutex<Faults>,
     /// Append calls that reached the fake (batches, not events).
     pub appends: AtomicUsize,
@@ -105,8 +103,8 @@ impl MemoryHistory {
                 ca_file: None,
             },
             logs: Mutex::new(HashMap::new()),
-            tokens: Mutex::new(HashMap::new()),
-            admissions: Mutex::new(HashMap::new()),
+            tokens: Tokens::default(),
+            admissions: AdmissionSets::default(),
             faults: Mutex::new(Faults::default()),
             appends: AtomicUsize::new(0),
             reads: AtomicUsize::new(0),
@@ -216,23 +214,6 @@ impl MemoryHistory {
                 },
             }
         }))
-    }
-
-    /// Admission set `set`'s live members, as the script leaves them: those
-    /// whose expiry is at or before now removed (an emptied set is gone).
-    /// The caller holds `sets`.
-    fn live<'a>(
-        sets: &'a mut HashMap<String, HashMap<String, Instant>>,
-        set: &str,
-    ) -> Option<&'a mut HashMap<String, Instant>> {
-        let now = Instant::now();
-        let members = sets.get_mut(set)?;
-        members.retain(|_, expiry| *expiry > now);
-        if members.is_empty() {
-            sets.remove(set);
-            return None;
-        }
-        sets.get_mut(set)
     }
 
     async fn round_trip(&self) {
@@ -447,19 +428,13 @@ impl History for MemoryHistory {
         ttl: Duration,
     ) -> Result<(), HistoryError> {
         self.check_up()?;
-        lock(&self.tokens).insert(
-            (*id, name.to_owned()),
-            (value.to_owned(), Instant::now() + ttl),
-        );
+        self.tokens.put(id, name, value, ttl);
         Ok(())
     }
 
     async fn take_token(&self, id: &LogId, name: &str) -> Result<Option<String>, HistoryError> {
         self.check_up()?;
-        Ok(lock(&self.tokens)
-            .remove(&(*id, name.to_owned()))
-            .filter(|(_, expires)| *expires > Instant::now())
-            .map(|(value, _)| value))
+        Ok(self.tokens.take(id, name))
     }
 
     async fn admit(
@@ -470,60 +445,26 @@ impl History for MemoryHistory {
         ttl: Duration,
     ) -> Result<Admission, HistoryError> {
         self.check_up()?;
-        let mut sets = lock(&self.admissions);
-        let expiry = Instant::now() + Duration::from_millis(admission_ttl(ttl));
-        let count = match Self::live(&mut sets, set) {
-            Some(members) => {
-                if let Some(held) = members.get_mut(member) {
-                    *held = expiry;
-                    return Ok(Admission::Admitted { added: false });
-                }
-                members.len() as u64
-            }
-            None => 0,
-        };
-        if count >= limit {
-            return Ok(Admission::Full { count });
-        }
-        sets.entry(set.to_owned())
-            .or_default()
-            .insert(member.to_owned(), expiry);
-        Ok(Admission::Admitted { added: true })
+        Ok(self.admissions.admit(set, member, limit, ttl))
     }
 
     async fn renew(&self, set: &str, member: &str, ttl: Duration) -> Result<bool, HistoryError> {
         self.check_up()?;
-        let mut sets = lock(&self.admissions);
-        let expiry = Instant::now() + Duration::from_millis(admission_ttl(ttl));
-        Ok(Self::live(&mut sets, set)
-            .and_then(|members| members.get_mut(member))
-            .map(|held| *held = expiry)
-            .is_some())
+        Ok(self.admissions.renew(set, member, ttl))
     }
 
     async fn release(&self, set: &str, member: &str) -> Result<bool, HistoryError> {
         self.check_up()?;
-        let mut sets = lock(&self.admissions);
-        let Some(members) = sets.get_mut(set) else {
-            return Ok(false);
-        };
-        let released = members.remove(member).is_some();
-        if members.is_empty() {
-            sets.remove(set);
-        }
-        Ok(released)
+        Ok(self.admissions.release(set, member))
     }
 
     async fn count(&self, set: &str) -> Result<u64, HistoryError> {
         self.check_up()?;
-        let mut sets = lock(&self.admissions);
-        Ok(Self::live(&mut sets, set).map_or(0, |members| members.len() as u64))
+        Ok(self.admissions.count(set))
     }
 
     async fn has_token(&self, id: &LogId, name: &str) -> Result<bool, HistoryError> {
         self.check_up()?;
-        Ok(lock(&self.tokens)
-            .get(&(*id, name.to_owned()))
-            .is_some_and(|(_, expires)| *expires > Instant::now()))
+        Ok(self.tokens.has(id, name))
     }
 }

@@ -1,0 +1,816 @@
+//! The disk history of `gapless-server --data-dir DIR`: the [`History`]
+//! of one machine, its logs in an embedded LSM store (`fjall`) under
+//! `DIR`, so that sessions and Durable Streams come back after a restart,
+//! a killed process included, with the same epochs, seqs and meta.
+//!
+//! In the store (three partitions):
+//!
+//! | partition | key | value |
+//! | --- | --- | --- |
+//! | `events` | the log's 16 id bytes, then the seq (8 bytes, big-endian) | the payload |
+//! | `logs` | the log's 16 id bytes | its [`LogRecord`]: epoch, published, retained run, completion, the caller's meta |
+//! | `runs` | `run` | the [`RunRecord`] of the process that opened the directory last |
+//!
+//! Every write to a log (an append, a meta update, a create, a delete)
+//! is one atomic batch of the store: its events and its rewritten record
+//! together, so a recovered log is always one its record describes. The
+//! batch goes into the store's journal under the log's lock (a log's
+//! writes are in the journal in their order), then waits for the group
+//! commit ([`commit`]) before it is answered. A reader sees a log's events
+//! up to the last *durable* seq only (`visible`): an event is never served
+//! before the write that made it could be lost by a power cut, so a seq
+//! is never served twice with different payloads. (The meta a reader sees
+//! may be a write's whose `fdatasync` is still running: that write is not
+//! acknowledged yet, and only a power cut in that window would take it
+//! back.)
+//!
+//! What every log is, is kept in memory too (its record and lock, about
+//! 200 bytes and its meta); the events are only on disk, in the store's
+//! memtables and block cache. Retention is the configuration's, as with
+//! Redis: each append trims its log to [`HistoryConfig::retention`] events
+//! and [`HistoryConfig::retention_bytes`] of payload (never below the
+//! newest event). Idle logs expire after [`HistoryConfig::idle`] (a
+//! complete one after its grace), swept as creates come; tokens and
+//! admission sets are in memory only ([`crate::expiring`]).
+//!
+//! One process at a time: the directory's `LOCK` file is locked while the
+//! history is open, and a second server on the same directory is refused.
+
+mod commit;
+mod record;
+
+pub use commit::{CommitStats, Fsync};
+
+use crate::expiring::{AdmissionSets, Tokens};
+use crate::{
+    counter, Admission, Change, Follower, Guard, History, HistoryConfig, HistoryError, Known,
+    LogId, Meta, MetaUpdate, Snapshot, Updated, PER_EPOCH,
+};
+use bytes::Bytes;
+use commit::GroupCommit;
+use fjall::{Batch, Config, Keyspace, PartitionCreateOptions, PartitionHandle, PersistMode};
+use record::{LogRecord, RunRecord};
+use std::collections::HashMap;
+use std::fmt;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// Events per read at most, as the Redis read script.
+const READ_EVENTS: usize = 512;
+
+/// Tombstones per batch when a log's events are removed.
+const REMOVE_BATCH: usize = 10_000;
+
+/// The key of the run record in `runs`.
+const RUN_KEY: &[u8] = b"run";
+
+/// Why the disk history could not open.
+#[derive(Debug)]
+pub enum DiskError {
+    /// The directory could not be made, opened or locked.
+    Directory(PathBuf, std::io::Error),
+    /// Another process holds the directory.
+    InUse(PathBuf),
+    /// The store failed to open or recover.
+    Store(String),
+}
+
+impl fmt::Display for DiskError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Directory(dir, error) => write!(f, "data directory {}: {error}", dir.display()),
+            Self::InUse(dir) => write!(
+                f,
+                "data directory {} is in use by another process (its LOCK file is locked)",
+                dir.display()
+            ),
+            Self::Store(why) => write!(f, "the disk log could not open: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for DiskError {}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn store_error(error: impl fmt::Display) -> HistoryError {
+    HistoryError::Unavailable(format!("disk log: {error}"))
+}
+
+/// The key of event `seq` of log `id`.
+fn event_key(id: &LogId, seq: u64) -> [u8; 24] {
+    let mut key = [0; 24];
+    key[..16].copy_from_slice(&id.to_bytes());
+    key[16..].copy_from_slice(&seq.to_be_bytes());
+    key
+}
+
+/// One log in memory: its record as last written, and what readers see.
+struct LogState {
+    record: LogRecord,
+    /// The last seq whose write is durable: readers see events up to it.
+    visible: u64,
+    /// When the log expires if nothing renews it.
+    expires: Instant,
+    /// The log may have lost acknowledged events (a restart after a power
+    /// cut with `--fsync never`): its next append continues it under a
+    /// new epoch.
+    lossy: bool,
+    /// Removed (deleted or expired): a caller that found it just before
+    /// answers as if it were gone.
+    removed: bool,
+}
+
+type Log = Arc<Mutex<LogState>>;
+
+/// The disk history; see the [module docs](self).
+pub struct DiskHistory {
+    config: HistoryConfig,
+    keyspace: Keyspace,
+    events: PartitionHandle,
+    logs_partition: PartitionHandle,
+    runs: PartitionHandle,
+    logs: Mutex<HashMap<LogId, Log>>,
+    commit: Arc<GroupCommit>,
+    tokens: Tokens,
+    admissions: AdmissionSets,
+    /// Each followed log's visible seq, as its durable appends announce it.
+    followed: Mutex<HashMap<LogId, watch::Sender<u64>>>,
+    /// When idle logs were last swept.
+    swept: Mutex<Instant>,
+    /// This process's run record (written clean when the history drops).
+    run: RunRecord,
+    /// Held locked while the history is open.
+    _lock: File,
+}
+
+impl DiskHistory {
+    /// Opens (or makes) the history in `dir`, keeping `config.retention`
+    /// events and `config.retention_bytes` of payload per log, recovering
+    /// what a previous run left: the store replays its journal (a torn or
+    /// corrupt tail is cut there) and every log's record is read back.
+    ///
+    /// # Errors
+    /// [`DiskError`]: the directory cannot be used, another process holds
+    /// it, or the store cannot open.
+    pub fn open(dir: &Path, mut config: HistoryConfig, fsync: Fsync) -> Result<Self, DiskError> {
+        std::fs::create_dir_all(dir).map_err(|error| DiskError::Directory(dir.into(), error))?;
+        let lock_file = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join("LOCK"))
+            .map_err(|error| DiskError::Directory(dir.into(), error))?;
+        match lock_file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => return Err(DiskError::InUse(dir.into())),
+            Err(std::fs::TryLockError::Error(error)) => {
+                return Err(DiskError::Directory(dir.into(), error))
+            }
+        }
+        let store = |error: fjall::Error| DiskError::Store(error.to_string());
+        let keyspace = Config::new(dir.join("store")).open().map_err(store)?;
+        let partition = |name| {
+            keyspace
+                .open_partition(name, PartitionCreateOptions::default())
+                .map_err(store)
+        };
+        let events = partition("events")?;
+        let logs_partition = partition("logs")?;
+        let runs = partition("runs")?;
+
+        let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .map(|id| id.trim().to_owned())
+            .unwrap_or_default();
+        let previous = match runs.get(RUN_KEY).map_err(store)? {
+            Some(bytes) => Some(RunRecord::decode(&bytes).map_err(DiskError::Store)?),
+            None => None,
+        };
+        // A run that acknowledged before fdatasync, ended without closing,
+        // on another boot: what it acknowledged may be gone.
+        let lossy = previous.as_ref().is_some_and(|run| {
+            run.fsync_never && !run.clean && (boot_id.is_empty() || run.boot_id != boot_id)
+        });
+        if lossy {
+            tracing::warn!(
+                dir = %dir.display(),
+                "disk history: the last run acknowledged writes before fdatasync (--fsync never) and the machine \
+                 restarted before it closed: every log continues under a new epoch at its next append"
+            );
+        }
+        let run = RunRecord {
+            run: previous.map_or(1, |run| run.run + 1),
+            clean: false,
+            fsync_never: fsync == Fsync::Never,
+            boot_id,
+        };
+        runs.insert(RUN_KEY, run.encode()).map_err(store)?;
+        keyspace.persist(PersistMode::SyncAll).map_err(store)?;
+
+        config.url = format!("file://{}", dir.display());
+        let now = Instant::now();
+        let mut logs = HashMap::new();
+        for entry in logs_partition.iter() {
+            let (key, value) = entry.map_err(store)?;
+            let Ok(id) = <[u8; 16]>::try_from(&key[..]) else {
+                tracing::warn!(key = ?key, "disk history: a log record under a key that is no log id: left alone");
+                continue;
+            };
+            let id = LogId::from_bytes(id);
+            match LogRecord::decode(&value) {
+                Ok(record) => {
+                    let state = LogState {
+                        visible: record.published,
+                        record,
+                        expires: now + config.idle,
+                        lossy,
+                        removed: false,
+                    };
+                    logs.insert(id, Arc::new(Mutex::new(state)));
+                }
+                Err(why) => tracing::warn!(
+                    log = %id, %why,
+                    "disk history: a log's record cannot be read: the log is left out (its readers get 404)"
+                ),
+            }
+        }
+        tracing::info!(dir = %dir.display(), logs = logs.len(), run = run.run, "disk history open");
+        Ok(Self {
+            config,
+            commit: Arc::new(GroupCommit::new(keyspace.clone(), fsync)),
+            keyspace,
+            events,
+            logs_partition,
+            runs,
+            logs: Mutex::new(logs),
+            tokens: Tokens::default(),
+            admissions: AdmissionSets::default(),
+            followed: Mutex::new(HashMap::new()),
+            swept: Mutex::new(now),
+            run,
+            _lock: lock_file,
+        })
+    }
+
+    /// The logs held.
+    pub fn log_count(&self) -> usize {
+        lock(&self.logs).len()
+    }
+
+    /// The store's size on disk, in bytes (journals and tables).
+    pub fn disk_bytes(&self) -> u64 {
+        self.keyspace.disk_space()
+    }
+
+    /// The group commit's counters.
+    pub fn commit_stats(&self) -> CommitStats {
+        self.commit.stats()
+    }
+
+    /// Log `id`, unless it is unknown or expired (an expired one is
+    /// removed on the way).
+    fn log(&self, id: &LogId) -> Option<Log> {
+        let mut logs = lock(&self.logs);
+        let log = Arc::clone(logs.get(id)?);
+        let expired = {
+            let mut state = lock(&log);
+            let expired = state.expires <= Instant::now();
+            if expired {
+                state.removed = true;
+            }
+            expired
+        };
+        if expired {
+            logs.remove(id);
+            drop(logs);
+            if let Err(error) = self.remove_log_now(id) {
+                tracing::warn!(log = %id, %error, "disk history: an expired log could not be removed");
+            }
+            return None;
+        }
+        Some(log)
+    }
+
+    /// Adds the removal of every event of log `id` from `first` on to
+    /// `batch`, committing full batches on the way (the record stays
+    /// until the caller's batch removes or rewrites it).
+    fn remove_events(&self, batch: &mut Batch, id: &LogId, first: u64) -> Result<(), HistoryError> {
+        let mut in_batch = 0;
+        for entry in self
+            .events
+            .range(event_key(id, first)..=event_key(id, u64::MAX))
+        {
+            let (key, _) = entry.map_err(store_error)?;
+            batch.remove(&self.events, key);
+            in_batch += 1;
+            if in_batch == REMOVE_BATCH {
+                std::mem::replace(batch, self.keyspace.batch())
+                    .commit()
+                    .map_err(store_error)?;
+                in_batch = 0;
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes log `id` (events and record) in the journal, not waiting
+    /// for its fdatasync (an expiry: nothing is acknowledged by it).
+    fn remove_log_now(&self, id: &LogId) -> Result<(), HistoryError> {
+        let mut batch = self.keyspace.batch();
+        self.remove_events(&mut batch, id, 0)?;
+        batch.remove(&self.logs_partition, id.to_bytes());
+        batch.commit().map_err(store_error)?;
+        lock(&self.followed).remove(id);
+        Ok(())
+    }
+
+    /// Removes the logs that expired, at most once per
+    /// [`HistoryConfig::idle`]'s eighth (and once a second at most).
+    fn sweep(&self) {
+        let now = Instant::now();
+        {
+            let mut swept = lock(&self.swept);
+            if now < *swept + (self.config.idle / 8).max(Duration::from_secs(1)) {
+                return;
+            }
+            *swept = now;
+        }
+        self.tokens.sweep();
+        let expired: Vec<LogId> = lock(&self.logs)
+            .iter()
+            .filter(|(_, log)| lock(log).expires <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in expired {
+            // `log` removes it, checking again under the lock.
+            let _ = self.log(&id);
+        }
+        lock(&self.followed).retain(|_, sender| sender.receiver_count() > 0);
+    }
+
+    /// Commits `batch`, takes its ticket and waits until it is durable.
+    async fn write(&self, batch: Batch) -> Result<(), HistoryError> {
+        self.commit.check()?;
+        batch.commit().map_err(store_error)?;
+        let ticket = self.commit.ticket();
+        self.commit.durable(ticket).await
+    }
+
+    fn announce(&self, id: &LogId, visible: u64) {
+        if let Some(sender) = lock(&self.followed).get(id) {
+            sender.send_if_modified(|seen| {
+                let newer = visible > *seen;
+                if newer {
+                    *seen = visible;
+                }
+                newer
+            });
+        }
+    }
+
+    fn renew(&self, state: &mut LogState) {
+        if !state.record.complete {
+            state.expires = Instant::now() + self.config.idle;
+        }
+    }
+
+    /// A new epoch for a log that continues under one: the guard's, or a
+    /// random one.
+    fn next_epoch(guard: &Guard) -> Result<u64, HistoryError> {
+        if let Some(epoch) = guard.next_epoch.filter(|epoch| *epoch != 0) {
+            return Ok(epoch);
+        }
+        let random = LogId::random()
+            .map_err(|error| HistoryError::Unavailable(format!("the OS random source: {error}")))?
+            .to_bytes();
+        let mut bytes = [0; 8];
+        bytes.copy_from_slice(&random[..8]);
+        Ok(u64::from_le_bytes(bytes).max(1))
+    }
+
+    /// The events of log `id` after `after` up to `visible`, at most
+    /// `max_bytes` of payload but at least one, at most [`READ_EVENTS`].
+    fn read_events(
+        &self,
+        id: &LogId,
+        after: u64,
+        visible: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<(u64, Bytes)>, HistoryError> {
+        let mut events = Vec::new();
+        if after >= visible {
+            return Ok(events);
+        }
+        let mut total = 0usize;
+        for entry in self
+            .events
+            .range(event_key(id, after + 1)..=event_key(id, visible))
+        {
+            let (key, payload) = entry.map_err(store_error)?;
+            let mut seq = [0; 8];
+            seq.copy_from_slice(key.get(16..24).ok_or_else(|| {
+                HistoryError::Corrupt(format!("an event key of {} bytes", key.len()))
+            })?);
+            if !events.is_empty() && total + payload.len() > max_bytes {
+                break;
+            }
+            total += payload.len().max(1);
+            events.push((u64::from_be_bytes(seq), Bytes::from(payload)));
+            if events.len() == READ_EVENTS {
+                break;
+            }
+        }
+        Ok(events)
+    }
+
+    /// [`History::after`] with the meta's fields `fields` names, or all.
+    fn read(
+        &self,
+        id: &LogId,
+        after: u64,
+        max_bytes: usize,
+        fields: Option<&[&str]>,
+    ) -> Result<Option<Snapshot>, HistoryError> {
+        let Some(log) = self.log(id) else {
+            return Ok(None);
+        };
+        let mut state = lock(&log);
+        if state.removed {
+            return Ok(None);
+        }
+        self.renew(&mut state);
+        let events = self.read_events(id, after, state.visible, max_bytes)?;
+        Ok(Some(Snapshot {
+            epoch: state.record.epoch,
+            published: state.visible,
+            first_retained: state.record.first_retained.min(state.visible + 1),
+            events,
+            meta: pick(&state.record.meta, fields),
+        }))
+    }
+}
+
+/// The fields of `meta` that `fields` names (all of them for `None`).
+fn pick(meta: &Meta, fields: Option<&[&str]>) -> Meta {
+    match fields {
+        None => meta.clone(),
+        Some(fields) => fields
+            .iter()
+            .filter_map(|name| Some(((*name).to_owned(), meta.get(*name)?.clone())))
+            .collect(),
+    }
+}
+
+impl Drop for DiskHistory {
+    fn drop(&mut self) {
+        // The journal persisted, then the run marked clean: a restart after
+        // this loses nothing, whatever `--fsync` said.
+        let closed = self
+            .keyspace
+            .persist(PersistMode::SyncAll)
+            .and_then(|()| {
+                let clean = RunRecord {
+                    clean: true,
+                    ..self.run.clone()
+                };
+                self.runs.insert(RUN_KEY, clean.encode())
+            })
+            .and_then(|()| self.keyspace.persist(PersistMode::SyncAll));
+        if let Err(error) = closed {
+            tracing::warn!(%error, "disk history: could not persist at close");
+        }
+    }
+}
+
+/// A follower of one log of a [`DiskHistory`].
+pub struct DiskFollower {
+    receiver: watch::Receiver<u64>,
+}
+
+impl Follower for DiskFollower {
+    async fn changed(&mut self) -> Option<Change> {
+        self.receiver.changed().await.ok()?;
+        Some(Change::Published(*self.receiver.borrow_and_update()))
+    }
+}
+
+impl History for DiskHistory {
+    type Follower = DiskFollower;
+
+    fn config(&self) -> &HistoryConfig {
+        &self.config
+    }
+
+    async fn create(&self, id: &LogId, epoch: u64, meta: &Meta) -> Result<bool, HistoryError> {
+        self.commit.check()?;
+        self.sweep();
+        if self.log(id).is_some() {
+            return Ok(false);
+        }
+        let record = LogRecord {
+            epoch,
+            first_retained: 1,
+            meta: meta.clone(),
+            ..LogRecord::default()
+        };
+        let mut batch = self.keyspace.batch();
+        batch.insert(&self.logs_partition, id.to_bytes(), record.encode());
+        let state = LogState {
+            record,
+            visible: 0,
+            expires: Instant::now() + self.config.idle,
+            lossy: false,
+            removed: false,
+        };
+        {
+            let mut logs = lock(&self.logs);
+            if logs.contains_key(id) {
+                return Ok(false);
+            }
+            // In the journal before any write of the log can follow it.
+            batch.commit().map_err(store_error)?;
+            logs.insert(*id, Arc::new(Mutex::new(state)));
+        }
+        let ticket = self.commit.ticket();
+        self.commit.durable(ticket).await?;
+        Ok(true)
+    }
+
+    async fn append_guarded(
+        &self,
+        id: &LogId,
+        known: Known,
+        payloads: &[Bytes],
+        guard: &Guard,
+        deadline: Instant,
+    ) -> Result<Option<(u64, u64)>, HistoryError> {
+        self.commit.check()?;
+        let log = self.log(id).ok_or(HistoryError::Gone)?;
+        let (ticket, epoch, first, last) = {
+            let mut state = lock(&log);
+            if state.removed {
+                return Err(HistoryError::Gone);
+            }
+            let holds = guard
+                .expect
+                .iter()
+                .all(|(name, value)| state.record.meta.get(name) == value.as_ref());
+            if !holds {
+                return Ok(None);
+            }
+            let mut batch = self.keyspace.batch();
+            let mut record = state.record.clone();
+            // As the scripts: a log that may have lost events, or one
+            // behind the caller's ring, continues under a new epoch.
+            let renumber = state.lossy
+                || (record.epoch == known.epoch && record.published < known.published);
+            if renumber {
+                self.remove_events(&mut batch, id, 0)?;
+                record = LogRecord {
+                    epoch: Self::next_epoch(guard)?,
+                    first_retained: 1,
+                    complete: record.complete,
+                    meta: record.meta,
+                    ..LogRecord::default()
+                };
+                record.meta.retain(|name, _| !name.starts_with(PER_EPOCH));
+            }
+            for (name, value) in &guard.set {
+                record.meta.insert(name.clone(), value.clone());
+            }
+            for name in &guard.unset {
+                record.meta.remove(name);
+            }
+            let first = record.published + 1;
+            for (seq, payload) in (first..).zip(payloads) {
+                batch.insert(&self.events, event_key(id, seq), payload.clone());
+                record.bytes += payload.len() as u64;
+            }
+            record.published += payloads.len() as u64;
+            record.retained += payloads.len() as u64;
+            let retention = self.config.retention as u64;
+            let retention_bytes = self.config.retention_bytes as u64;
+            while record.retained > retention
+                || (record.bytes > retention_bytes && record.retained > 1)
+            {
+                let oldest = record.first_retained;
+                let len = match oldest.checked_sub(first) {
+                    // Written by this batch: its length is the payload's.
+                    Some(index) => payloads.get(index as usize).map_or(0, Bytes::len),
+                    None => self
+                        .events
+                        .get(event_key(id, oldest))
+                        .map_err(store_error)?
+                        .map_or(0, |payload| payload.len()),
+                };
+                batch.remove(&self.events, event_key(id, oldest));
+                record.bytes -= (len as u64).min(record.bytes);
+                record.retained -= 1;
+                record.first_retained += 1;
+            }
+            batch.insert(&self.logs_partition, id.to_bytes(), record.encode());
+            batch.commit().map_err(store_error)?;
+            let ticket = self.commit.ticket();
+            if renumber {
+                state.visible = 0;
+                state.lossy = false;
+            }
+            let (epoch, last) = (record.epoch, record.published);
+            state.record = record;
+            self.renew(&mut state);
+            (ticket, epoch, first, last)
+        };
+        match tokio::time::timeout_at(deadline, self.commit.durable(ticket)).await {
+            Ok(durable) => durable?,
+            Err(_) => {
+                return Err(HistoryError::Unavailable(
+                    "the disk log's fdatasync did not end by the deadline".into(),
+                ))
+            }
+        }
+        let visible = {
+            let mut state = lock(&log);
+            if state.record.epoch == epoch {
+                state.visible = state.visible.max(last);
+            }
+            state.visible
+        };
+        self.announce(id, visible);
+        Ok(Some((epoch, first)))
+    }
+
+    async fn after(
+        &self,
+        id: &LogId,
+        after: u64,
+        max_bytes: usize,
+    ) -> Result<Option<Snapshot>, HistoryError> {
+        self.read(id, after, max_bytes, None)
+    }
+
+    async fn after_fields(
+        &self,
+        id: &LogId,
+        after: u64,
+        max_bytes: usize,
+        fields: &[&str],
+    ) -> Result<Option<Snapshot>, HistoryError> {
+        self.read(id, after, max_bytes, Some(fields))
+    }
+
+    fn follow(&self, id: &LogId) -> DiskFollower {
+        let visible = self.log(id).map_or(0, |log| lock(&log).visible);
+        let mut followed = lock(&self.followed);
+        let sender = followed
+            .entry(*id)
+            .or_insert_with(|| watch::channel(visible).0);
+        DiskFollower {
+            receiver: sender.subscribe(),
+        }
+    }
+
+    async fn complete(&self, id: &LogId, grace: Duration) -> Result<bool, HistoryError> {
+        self.commit.check()?;
+        let Some(log) = self.log(id) else {
+            return Ok(false);
+        };
+        {
+            let mut state = lock(&log);
+            if state.removed {
+                return Ok(false);
+            }
+            state.record.complete = true;
+            state.expires = Instant::now() + grace;
+            let mut batch = self.keyspace.batch();
+            batch.insert(&self.logs_partition, id.to_bytes(), state.record.encode());
+            batch.commit().map_err(store_error)?;
+        }
+        let ticket = self.commit.ticket();
+        self.commit.durable(ticket).await?;
+        Ok(true)
+    }
+
+    async fn delete(&self, id: &LogId) -> Result<bool, HistoryError> {
+        self.commit.check()?;
+        let Some(log) = self.log(id) else {
+            return Ok(false);
+        };
+        let mut batch = self.keyspace.batch();
+        {
+            let mut logs = lock(&self.logs);
+            let mut state = lock(&log);
+            if state.removed {
+                return Ok(false);
+            }
+            state.removed = true;
+            logs.remove(id);
+            self.remove_events(&mut batch, id, 0)?;
+            batch.remove(&self.logs_partition, id.to_bytes());
+        }
+        lock(&self.followed).remove(id);
+        self.write(batch).await?;
+        Ok(true)
+    }
+
+    async fn update_meta(&self, id: &LogId, update: &MetaUpdate) -> Result<Updated, HistoryError> {
+        self.commit.check()?;
+        let log = self.log(id).ok_or(HistoryError::Gone)?;
+        let (updated, ticket) = {
+            let mut state = lock(&log);
+            if state.removed {
+                return Err(HistoryError::Gone);
+            }
+            self.renew(&mut state);
+            let record = &mut state.record;
+            let refused = update.epoch.is_some_and(|epoch| epoch != record.epoch)
+                || match &update.at_most {
+                    Some((name, value)) => counter(&record.meta, name)? > *value,
+                    None => false,
+                };
+            let mut changed = false;
+            if !refused {
+                if let Some(name) = &update.increment {
+                    let next = counter(&record.meta, name)? + 1;
+                    record.meta.insert(name.clone(), next.to_string());
+                    changed = true;
+                }
+                for (name, value) in &update.raise {
+                    if *value > counter(&record.meta, name)? {
+                        record.meta.insert(name.clone(), value.to_string());
+                        changed = true;
+                    }
+                }
+            }
+            let ticket = match changed {
+                true => {
+                    let mut batch = self.keyspace.batch();
+                    batch.insert(&self.logs_partition, id.to_bytes(), record.encode());
+                    batch.commit().map_err(store_error)?;
+                    Some(self.commit.ticket())
+                }
+                false => None,
+            };
+            let fields: Option<Vec<&str>> = update
+                .fields
+                .as_ref()
+                .map(|fields| fields.iter().map(String::as_str).collect());
+            let updated = Updated {
+                applied: !refused,
+                epoch: record.epoch,
+                meta: pick(&record.meta, fields.as_deref()),
+            };
+            (updated, ticket)
+        };
+        if let Some(ticket) = ticket {
+            self.commit.durable(ticket).await?;
+        }
+        Ok(updated)
+    }
+
+    async fn put_token(
+        &self,
+        id: &LogId,
+        name: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> Result<(), HistoryError> {
+        self.tokens.put(id, name, value, ttl);
+        Ok(())
+    }
+
+    async fn take_token(&self, id: &LogId, name: &str) -> Result<Option<String>, HistoryError> {
+        Ok(self.tokens.take(id, name))
+    }
+
+    async fn has_token(&self, id: &LogId, name: &str) -> Result<bool, HistoryError> {
+        Ok(self.tokens.has(id, name))
+    }
+
+    async fn admit(
+        &self,
+        set: &str,
+        member: &str,
+        limit: u64,
+        ttl: Duration,
+    ) -> Result<Admission, HistoryError> {
+        Ok(self.admissions.admit(set, member, limit, ttl))
+    }
+
+    async fn renew(&self, set: &str, member: &str, ttl: Duration) -> Result<bool, HistoryError> {
+        Ok(self.admissions.renew(set, member, ttl))
+    }
+
+    async fn release(&self, set: &str, member: &str) -> Result<bool, HistoryError> {
+        Ok(self.admissions.release(set, member))
+    }
+
+    async fn count(&self, set: &str) -> Result<u64, HistoryError> {
+        Ok(self.admissions.count(set))
+    }
+}
