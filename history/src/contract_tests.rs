@@ -6,9 +6,8 @@
 use crate::memory::MemoryHistory;
 use crate::test_support::{Persistence, RedisServer};
 use crate::{
-    DiskHistory, Fsync,
-    counter, Change, Follower, Guard, History, HistoryConfig, HistoryError, Known, LogId, Meta,
-    MetaUpdate, RedisHistory,
+    counter, Change, DiskHistory, Follower, Fsync, Guard, History, HistoryConfig, HistoryError,
+    Known, LogId, Meta, MetaUpdate, RedisHistory,
 };
 use bytes::Bytes;
 use std::time::Duration;
@@ -646,7 +645,8 @@ fn disk_history() -> (DiskHistory, tempfile::TempDir) {
         idle: Duration::from_secs(600),
         ca_file: None,
     };
-    let history = DiskHistory::open(dir.path(), config, Fsync::Always).expect("the disk history opens");
+    let history =
+        DiskHistory::open(dir.path(), config, Fsync::Always).expect("the disk history opens");
     (history, dir)
 }
 

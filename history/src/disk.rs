@@ -38,6 +38,8 @@
 
 mod commit;
 mod record;
+#[cfg(test)]
+mod tests;
 
 pub use commit::{CommitStats, Fsync};
 
@@ -568,8 +570,8 @@ impl History for DiskHistory {
             let mut record = state.record.clone();
             // As the scripts: a log that may have lost events, or one
             // behind the caller's ring, continues under a new epoch.
-            let renumber = state.lossy
-                || (record.epoch == known.epoch && record.published < known.published);
+            let renumber =
+                state.lossy || (record.epoch == known.epoch && record.published < known.published);
             if renumber {
                 self.remove_events(&mut batch, id, 0)?;
                 record = LogRecord {

@@ -27,7 +27,10 @@ pub(crate) struct Tokens {
 impl Tokens {
     /// Keeps `value` as log `id`'s token `name` for `ttl`, replacing one.
     pub(crate) fn put(&self, id: &LogId, name: &str, value: &str, ttl: Duration) {
-        lock(&self.tokens).insert((*id, name.to_owned()), (value.to_owned(), Instant::now() + ttl));
+        lock(&self.tokens).insert(
+            (*id, name.to_owned()),
+            (value.to_owned(), Instant::now() + ttl),
+        );
     }
 
     /// Takes the token (once); `None` if unknown, taken or expired.

@@ -145,10 +145,13 @@ impl GroupCommit {
         // Released before the wake-up: a woken writer whose ticket this
         // did not cover runs the next fdatasync itself.
         self.syncing.store(false, Ordering::Release);
-        self.synced.send_modify(|synced| *synced = (*synced).max(covered));
+        self.synced
+            .send_modify(|synced| *synced = (*synced).max(covered));
     }
 }
 
 fn failed(why: &str) -> HistoryError {
-    HistoryError::Unavailable(format!("the disk log failed an fdatasync ({why}): restart the server"))
+    HistoryError::Unavailable(format!(
+        "the disk log failed an fdatasync ({why}): restart the server"
+    ))
 }

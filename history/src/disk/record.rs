@@ -150,7 +150,10 @@ struct Reader<'a>(&'a [u8]);
 impl Reader<'_> {
     fn take(&mut self, n: usize) -> Result<&[u8], String> {
         if self.0.len() < n {
-            return Err(format!("a record cut short ({} bytes left, {n} needed)", self.0.len()));
+            return Err(format!(
+                "a record cut short ({} bytes left, {n} needed)",
+                self.0.len()
+            ));
         }
         let (taken, rest) = self.0.split_at(n);
         self.0 = rest;
@@ -175,7 +178,8 @@ impl Reader<'_> {
 
     fn text(&mut self) -> Result<String, String> {
         let len = self.u32()? as usize;
-        String::from_utf8(self.take(len)?.to_vec()).map_err(|_| "a field that is not UTF-8".to_owned())
+        String::from_utf8(self.take(len)?.to_vec())
+            .map_err(|_| "a field that is not UTF-8".to_owned())
     }
 
     fn end(&self) -> Result<(), String> {
@@ -198,9 +202,12 @@ mod tests {
             retained: 4,
             bytes: 40,
             complete: true,
-            meta: [("pk".to_owned(), "k1".to_owned()), ("epoch/acked".to_owned(), "3".to_owned())]
-                .into_iter()
-                .collect(),
+            meta: [
+                ("pk".to_owned(), "k1".to_owned()),
+                ("epoch/acked".to_owned(), "3".to_owned()),
+            ]
+            .into_iter()
+            .collect(),
         }
     }
 

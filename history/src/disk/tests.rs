@@ -1,0 +1,267 @@
+//! What the disk history keeps across a restart (a drop and an open of the
+//! same directory), and what it refuses.
+
+use super::record::RunRecord;
+use super::{DiskError, DiskHistory, Fsync, RUN_KEY};
+use crate::{Guard, History, HistoryConfig, Known, LogId, Meta, MetaUpdate};
+use bytes::Bytes;
+use std::path::Path;
+use std::time::Duration;
+use tokio::time::Instant;
+
+fn config(retention: usize, retention_bytes: usize) -> HistoryConfig {
+    HistoryConfig {
+        url: String::new(),
+        cluster: false,
+        timeout: Duration::from_secs(5),
+        retention,
+        retention_bytes,
+        idle: Duration::from_secs(600),
+        ca_file: None,
+    }
+}
+
+fn open(dir: &Path, fsync: Fsync) -> DiskHistory {
+    DiskHistory::open(dir, config(8, 1 << 20), fsync).expect("the disk history opens")
+}
+
+fn event(n: u64) -> Bytes {
+    Bytes::from(format!("event {n}"))
+}
+
+async fn append(
+    history: &DiskHistory,
+    id: &LogId,
+    known: Known,
+    n: std::ops::RangeInclusive<u64>,
+) -> (u64, u64) {
+    let payloads: Vec<Bytes> = n.map(event).collect();
+    history
+        .append(
+            id,
+            known,
+            &payloads,
+            Instant::now() + Duration::from_secs(10),
+        )
+        .await
+        .expect("append")
+}
+
+fn known(epoch: u64, published: u64) -> Known {
+    Known { epoch, published }
+}
+
+fn meta(pairs: &[(&str, &str)]) -> Meta {
+    pairs
+        .iter()
+        .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_reopened_history_holds_every_acknowledged_write() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (kept, completed, deleted) = (
+        LogId::random().expect("random"),
+        LogId::random().expect("random"),
+        LogId::random().expect("random"),
+    );
+    {
+        let history = open(dir.path(), Fsync::Always);
+        for id in [&kept, &completed, &deleted] {
+            assert!(history
+                .create(id, 7, &meta(&[("pk", "k1")]))
+                .await
+                .expect("create"));
+        }
+        assert_eq!(append(&history, &kept, known(7, 0), 1..=3).await, (7, 1));
+        let guard = Guard {
+            expect: vec![("closed".into(), None)],
+            set: vec![("closed".into(), "true".into())],
+            ..Guard::default()
+        };
+        assert_eq!(
+            history
+                .append_guarded(
+                    &kept,
+                    known(7, 3),
+                    &[event(4)],
+                    &guard,
+                    Instant::now() + Duration::from_secs(10)
+                )
+                .await
+                .expect("append"),
+            Some((7, 4))
+        );
+        let raised = MetaUpdate {
+            raise: vec![("epoch/acked".into(), 2)],
+            ..MetaUpdate::default()
+        };
+        assert!(
+            history
+                .update_meta(&kept, &raised)
+                .await
+                .expect("update")
+                .applied
+        );
+        assert!(history
+            .complete(&completed, Duration::from_secs(60))
+            .await
+            .expect("complete"));
+        assert!(history.delete(&deleted).await.expect("delete"));
+    }
+    let history = open(dir.path(), Fsync::Always);
+    assert_eq!(history.log_count(), 2);
+    let snapshot = history
+        .after(&kept, 0, 1 << 20)
+        .await
+        .expect("read")
+        .expect("the log");
+    assert_eq!(
+        (snapshot.epoch, snapshot.published, snapshot.first_retained),
+        (7, 4, 1)
+    );
+    assert_eq!(
+        snapshot.events,
+        (1..=4).map(|n| (n, event(n))).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        snapshot.meta,
+        meta(&[("pk", "k1"), ("closed", "true"), ("epoch/acked", "2")])
+    );
+    assert!(history
+        .after(&deleted, 0, 1 << 20)
+        .await
+        .expect("read")
+        .is_none());
+    assert!(history
+        .after(&completed, 0, 1 << 20)
+        .await
+        .expect("read")
+        .is_some());
+    // Appends continue after the last seq, under the same epoch.
+    assert_eq!(append(&history, &kept, known(7, 4), 5..=5).await, (7, 5));
+}
+
+#[tokio::test]
+async fn retention_trims_by_events_and_bytes_and_the_trim_survives_a_restart() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let id = LogId::random().expect("random");
+    {
+        // 8 events or 40 bytes ("event N" is 7 bytes): 5 events.
+        let history = DiskHistory::open(dir.path(), config(8, 40), Fsync::Always).expect("open");
+        assert!(history.create(&id, 1, &Meta::new()).await.expect("create"));
+        append(&history, &id, known(1, 0), 1..=4).await;
+        append(&history, &id, known(1, 4), 5..=9).await;
+        let snapshot = history
+            .after(&id, 0, 1 << 20)
+            .await
+            .expect("read")
+            .expect("log");
+        assert_eq!((snapshot.first_retained, snapshot.published), (5, 9));
+        assert_eq!(snapshot.events.first().map(|(seq, _)| *seq), Some(5));
+    }
+    let history = DiskHistory::open(dir.path(), config(3, 1 << 20), Fsync::Always).expect("open");
+    let snapshot = history
+        .after(&id, 0, 1 << 20)
+        .await
+        .expect("read")
+        .expect("log");
+    assert_eq!((snapshot.first_retained, snapshot.events.len()), (5, 5));
+    // The next append trims to the new retention: 3 events.
+    append(&history, &id, known(1, 9), 10..=10).await;
+    let snapshot = history
+        .after(&id, 0, 1 << 20)
+        .await
+        .expect("read")
+        .expect("log");
+    assert_eq!(
+        snapshot
+            .events
+            .iter()
+            .map(|(seq, _)| *seq)
+            .collect::<Vec<_>>(),
+        vec![8, 9, 10]
+    );
+    assert_eq!(snapshot.first_retained, 8);
+}
+
+#[tokio::test]
+async fn a_second_process_on_the_directory_is_refused() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let first = open(dir.path(), Fsync::Always);
+    match DiskHistory::open(dir.path(), config(8, 1 << 20), Fsync::Always) {
+        Err(DiskError::InUse(path)) => assert_eq!(path, dir.path()),
+        Err(other) => panic!("refused for another reason: {other}"),
+        Ok(_) => panic!("a second history opened the directory"),
+    }
+    drop(first);
+    drop(open(dir.path(), Fsync::Always));
+}
+
+/// Marks the directory's last run as one that acknowledged before
+/// fdatasync and never closed, on another boot: a power cut.
+fn as_if_the_power_was_cut(dir: &Path) {
+    let keyspace = fjall::Config::new(dir.join("store"))
+        .open()
+        .expect("the store");
+    let runs = keyspace
+        .open_partition("runs", fjall::PartitionCreateOptions::default())
+        .expect("runs");
+    let mut run =
+        RunRecord::decode(&runs.get(RUN_KEY).expect("get").expect("a run record")).expect("decode");
+    run.clean = false;
+    run.boot_id = "another boot".into();
+    runs.insert(RUN_KEY, run.encode()).expect("insert");
+    keyspace
+        .persist(fjall::PersistMode::SyncAll)
+        .expect("persist");
+}
+
+#[tokio::test]
+async fn after_a_power_cut_with_fsync_never_a_log_continues_under_a_new_epoch() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let id = LogId::random().expect("random");
+    {
+        let history = open(dir.path(), Fsync::Never);
+        assert!(history
+            .create(&id, 7, &meta(&[("pk", "k1"), ("epoch/acked", "2")]))
+            .await
+            .expect("create"));
+        append(&history, &id, known(7, 0), 1..=3).await;
+    }
+    as_if_the_power_was_cut(dir.path());
+    let history = open(dir.path(), Fsync::Never);
+    // What is on disk is still read as it was...
+    let snapshot = history
+        .after(&id, 0, 1 << 20)
+        .await
+        .expect("read")
+        .expect("log");
+    assert_eq!((snapshot.epoch, snapshot.published), (7, 3));
+    // ...but the next append may not reuse seqs whose events were lost:
+    // it starts a new epoch, from seq 1, the epoch's meta cleared.
+    let (epoch, first) = append(&history, &id, known(7, 3), 4..=4).await;
+    assert_ne!(epoch, 7);
+    assert_eq!(first, 1);
+    let snapshot = history
+        .after(&id, 0, 1 << 20)
+        .await
+        .expect("read")
+        .expect("log");
+    assert_eq!(snapshot.events, vec![(1, event(4))]);
+    assert_eq!(snapshot.meta, meta(&[("pk", "k1")]));
+}
+
+#[tokio::test]
+async fn a_clean_close_with_fsync_never_loses_nothing_and_keeps_the_epoch() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let id = LogId::random().expect("random");
+    {
+        let history = open(dir.path(), Fsync::Never);
+        assert!(history.create(&id, 7, &Meta::new()).await.expect("create"));
+        append(&history, &id, known(7, 0), 1..=3).await;
+    }
+    let history = open(dir.path(), Fsync::Never);
+    assert_eq!(append(&history, &id, known(7, 3), 4..=4).await, (7, 4));
+}
