@@ -101,7 +101,19 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn store_error(error: impl fmt::Display) -> HistoryError {
+/// A store's failure as the history's: [`HistoryError::Full`] when the
+/// disk is (`ENOSPC` anywhere in its causes), else unavailable.
+fn store_error(error: fjall::Error) -> HistoryError {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&error);
+    while let Some(current) = cause {
+        let full = current
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::StorageFull);
+        if full {
+            return HistoryError::Full(format!("disk log: {error}"));
+        }
+        cause = current.source();
+    }
     HistoryError::Unavailable(format!("disk log: {error}"))
 }
 

@@ -80,7 +80,7 @@ mod reply;
 pub mod test_support;
 
 pub use config::HistoryConfig;
-pub use disk::{DiskError, DiskHistory, Fsync};
+pub use disk::{CommitStats, DiskError, DiskFollower, DiskHistory, Fsync};
 pub use group_commit::{push_batch_args, Spawner, Task};
 pub use ids::{LogId, LogKind};
 pub use notify::{Change, Followed};
@@ -502,6 +502,10 @@ pub enum HistoryError {
     /// refused the command (out of memory, loading). A write may or may
     /// not have been applied.
     Unavailable(String),
+    /// The history has no room for the write: the disk of `--data-dir`
+    /// is full. Nothing was written; the same write may succeed once
+    /// space returns.
+    Full(String),
     /// The session's keys are gone (deleted, or expired while idle).
     Gone,
     /// Redis holds something this server did not write.
@@ -517,6 +521,7 @@ impl fmt::Display for HistoryError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Unavailable(cause) => write!(f, "history unavailable: {cause}"),
+            Self::Full(cause) => write!(f, "history full: {cause}"),
             Self::Gone => f.write_str("the session is gone from the history"),
             Self::Corrupt(what) => write!(f, "unexpected history contents: {what}"),
             Self::Damaged(what) => write!(f, "the log's keys are damaged: {what}"),

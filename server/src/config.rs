@@ -7,6 +7,7 @@
 //! type: every other module reads its configuration from here.
 
 use crate::client_addr::TrustedProxy;
+pub use gapless_history::Fsync;
 pub use gapless_history::config::{redact_url, HistoryConfig};
 use std::fmt;
 use std::time::Duration;
@@ -125,6 +126,23 @@ pub struct ServerConfig {
     /// (see [`HistoryConfig`]); `None` (default): one process holds each
     /// session.
     pub redis: Option<HistoryConfig>,
+    /// With `Some` (`--data-dir`), sessions and Durable Streams are written
+    /// to a durable log in that directory and come back after a restart;
+    /// `None` (default): they live in this process only. Not with
+    /// [`redis`](Self::redis).
+    pub data_dir: Option<DataDir>,
+}
+
+/// Where and how `--data-dir` keeps its log (see
+/// [`gapless_history::DiskHistory`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DataDir {
+    /// The directory (made if missing; one server at a time).
+    pub path: std::path::PathBuf,
+    /// When a write is acknowledged: after a group-commit `fdatasync`
+    /// (default), or at the write (`--fsync never`: survives a killed
+    /// process, not a power cut).
+    pub fsync: Fsync,
 }
 
 impl Default for ServerConfig {
@@ -163,6 +181,7 @@ impl Default for ServerConfig {
             max_producers_per_stream: 1024,
             producer_idle_timeout: Duration::from_secs(24 * 60 * 60),
             redis: None,
+            data_dir: None,
         }
     }
 }
@@ -227,6 +246,9 @@ impl ServerConfig {
             ("--ping-interval", self.ping_interval, MIN_DURATION),
             ("--pong-timeout", self.pong_timeout, MIN_DURATION),
         ];
+        if self.redis.is_some() && self.data_dir.is_some() {
+            return Err(InvalidConfig::DataDirWithRedis);
+        }
         if let Some(redis) = &self.redis {
             timers.push(("--redis-timeout", redis.timeout, MIN_DURATION));
             check_urls(redis)?;
@@ -399,6 +421,8 @@ pub enum InvalidConfig {
     /// `--redis-cluster` seeds of both `redis://` and `rediss://`: every
     /// node of a cluster is reached alike.
     ClusterMixedTls,
+    /// `--data-dir` with `--redis`: one history at a time.
+    DataDirWithRedis,
 }
 
 impl fmt::Display for InvalidConfig {
@@ -431,6 +455,10 @@ impl fmt::Display for InvalidConfig {
             ),
             Self::ClusterMixedTls => f.write_str(
                 "--redis-cluster: every seed is redis:// or every seed is rediss://, not both",
+            ),
+            Self::DataDirWithRedis => f.write_str(
+                "--data-dir keeps one server's history on its disk, --redis shares one between \
+                 instances: give one of them",
             ),
         }
     }

@@ -1,12 +1,155 @@
-//! The shared history tier (`--redis`, `--redis-cluster`): the crate
-//! `gapless-history`, named here as the server's modules use it.
+//! The history tier beyond the rings: the crate `gapless-history`, named
+//! here as the server's modules use it, and [`HistoryTier`], the one the
+//! server runs: Redis shared by instances (`--redis`, `--redis-cluster`),
+//! or the disk of this machine (`--data-dir`).
 
 #[cfg(test)]
 pub(crate) use gapless_history::memory;
 pub use gapless_history::{
-    counter, Admission, Change, Follower, Guard, History, HistoryConfig, HistoryError, Known,
-    LogId, Meta, MetaUpdate, RedisHistory, Snapshot, PER_EPOCH, READ_BYTES,
+    counter, Admission, Change, DiskHistory, Follower, Guard, History, HistoryConfig,
+    HistoryError, Known, LogId, Meta, MetaUpdate, RedisHistory, Snapshot, PER_EPOCH, READ_BYTES,
 };
+use gapless_history::{DiskFollower, Followed, Updated};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// The history the server runs beside its rings: one type, so that the
+/// sessions' replicas and the Durable Streams over it are built once.
+/// Each call goes to the tier's own implementation.
+pub(crate) enum HistoryTier {
+    /// `--redis`, `--redis-cluster`: shared by every instance.
+    Redis(RedisHistory),
+    /// `--data-dir`: this machine's disk.
+    Disk(DiskHistory),
+}
+
+/// A follower of a [`HistoryTier`]'s log.
+pub(crate) enum TierFollower {
+    /// Redis's pub/sub.
+    Redis(Followed),
+    /// The disk history's announcements.
+    Disk(DiskFollower),
+}
+
+impl Follower for TierFollower {
+    async fn changed(&mut self) -> Option<Change> {
+        match self {
+            Self::Redis(follower) => Follower::changed(follower).await,
+            Self::Disk(follower) => follower.changed().await,
+        }
+    }
+}
+
+/// Calls `$call` on the tier's history, whichever it is.
+macro_rules! on_tier {
+    ($tier:expr, $history:ident => $call:expr) => {
+        match $tier {
+            HistoryTier::Redis($history) => $call,
+            HistoryTier::Disk($history) => $call,
+        }
+    };
+}
+
+impl History for HistoryTier {
+    type Follower = TierFollower;
+
+    fn config(&self) -> &HistoryConfig {
+        on_tier!(self, history => history.config())
+    }
+
+    async fn create(&self, id: &LogId, epoch: u64, meta: &Meta) -> Result<bool, HistoryError> {
+        on_tier!(self, history => history.create(id, epoch, meta).await)
+    }
+
+    async fn append_guarded(
+        &self,
+        id: &LogId,
+        known: Known,
+        payloads: &[bytes::Bytes],
+        guard: &Guard,
+        deadline: Instant,
+    ) -> Result<Option<(u64, u64)>, HistoryError> {
+        on_tier!(self, history => history.append_guarded(id, known, payloads, guard, deadline).await)
+    }
+
+    async fn after(
+        &self,
+        id: &LogId,
+        after: u64,
+        max_bytes: usize,
+    ) -> Result<Option<Snapshot>, HistoryError> {
+        on_tier!(self, history => history.after(id, after, max_bytes).await)
+    }
+
+    async fn after_fields(
+        &self,
+        id: &LogId,
+        after: u64,
+        max_bytes: usize,
+        fields: &[&str],
+    ) -> Result<Option<Snapshot>, HistoryError> {
+        on_tier!(self, history => history.after_fields(id, after, max_bytes, fields).await)
+    }
+
+    fn follow(&self, id: &LogId) -> TierFollower {
+        match self {
+            Self::Redis(history) => TierFollower::Redis(history.follow(id)),
+            Self::Disk(history) => TierFollower::Disk(history.follow(id)),
+        }
+    }
+
+    async fn complete(&self, id: &LogId, grace: Duration) -> Result<bool, HistoryError> {
+        on_tier!(self, history => history.complete(id, grace).await)
+    }
+
+    async fn delete(&self, id: &LogId) -> Result<bool, HistoryError> {
+        on_tier!(self, history => history.delete(id).await)
+    }
+
+    async fn update_meta(&self, id: &LogId, update: &MetaUpdate) -> Result<Updated, HistoryError> {
+        on_tier!(self, history => history.update_meta(id, update).await)
+    }
+
+    async fn put_token(
+        &self,
+        id: &LogId,
+        name: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> Result<(), HistoryError> {
+        on_tier!(self, history => history.put_token(id, name, value, ttl).await)
+    }
+
+    async fn take_token(&self, id: &LogId, name: &str) -> Result<Option<String>, HistoryError> {
+        on_tier!(self, history => history.take_token(id, name).await)
+    }
+
+    async fn has_token(&self, id: &LogId, name: &str) -> Result<bool, HistoryError> {
+        on_tier!(self, history => history.has_token(id, name).await)
+    }
+
+    async fn admit(
+        &self,
+        set: &str,
+        member: &str,
+        limit: u64,
+        ttl: Duration,
+    ) -> Result<Admission, HistoryError> {
+        on_tier!(self, history => history.admit(set, member, limit, ttl).await)
+    }
+
+    async fn renew(&self, set: &str, member: &str, ttl: Duration) -> Result<bool, HistoryError> {
+        on_tier!(self, history => history.renew(set, member, ttl).await)
+    }
+
+    async fn release(&self, set: &str, member: &str) -> Result<bool, HistoryError> {
+        on_tier!(self, history => history.release(set, member).await)
+    }
+
+    async fn count(&self, set: &str) -> Result<u64, HistoryError> {
+        on_tier!(self, history => history.count(set).await)
+    }
+}
 
 /// What a log of the shared history holds, recorded in its meta (field
 /// [`LogKind::FIELD`]): a session id is a log id, and a Durable Stream's

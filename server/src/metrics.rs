@@ -118,6 +118,8 @@ impl EncodeLabelValue for Limit {
 pub(crate) enum HistoryFailure {
     /// Redis did not answer in time (or an emit waited past its deadline).
     Unavailable,
+    /// The disk of `--data-dir` is full: the write was refused.
+    Full,
     /// The session's keys are gone.
     Gone,
     /// A reply this server did not write.
@@ -127,13 +129,20 @@ pub(crate) enum HistoryFailure {
 }
 
 impl HistoryFailure {
-    const ALL: [Self; 4] = [Self::Unavailable, Self::Gone, Self::Corrupt, Self::Damaged];
+    const ALL: [Self; 5] = [
+        Self::Unavailable,
+        Self::Full,
+        Self::Gone,
+        Self::Corrupt,
+        Self::Damaged,
+    ];
 
     /// The `kind` a failed history call is counted under.
     pub(crate) fn of(error: &gapless_history::HistoryError) -> Self {
         use gapless_history::HistoryError;
         match error {
             HistoryError::Unavailable(_) => Self::Unavailable,
+            HistoryError::Full(_) => Self::Full,
             HistoryError::Gone => Self::Gone,
             HistoryError::Corrupt(_) => Self::Corrupt,
             HistoryError::Damaged(_) => Self::Damaged,
@@ -145,6 +154,7 @@ impl EncodeLabelValue for HistoryFailure {
     fn encode(&self, encoder: &mut LabelValueEncoder) -> fmt::Result {
         encoder.write_str(match self {
             Self::Unavailable => "unavailable",
+            Self::Full => "full",
             Self::Gone => "gone",
             Self::Corrupt => "corrupt",
             Self::Damaged => "damaged",

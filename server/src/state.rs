@@ -3,9 +3,9 @@
 
 use crate::admission::{Bounded, PerClient};
 use crate::client_addr::ClientKey;
-use crate::config::{InvalidConfig, ServerConfig};
+use crate::config::{DataDir, InvalidConfig, ServerConfig};
 use crate::entry::{Admission, Entry};
-use crate::history::{HistoryError, RedisHistory};
+use crate::history::{DiskHistory, History, HistoryConfig, HistoryError, HistoryTier, RedisHistory};
 use crate::ids::{PublishKey, SessionId};
 use crate::lifecycle::{turned_true, Lifecycle};
 use crate::metrics::{HistoryFailure, Limit, Metrics, RingTotals};
@@ -20,6 +20,11 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio_util::task::TaskTracker;
+
+/// How long a write to the disk history (`--data-dir`) may wait for its
+/// group commit before it is answered `503`: far beyond an `fdatasync`
+/// of a working disk (a millisecond or so), short of a client's patience.
+const DISK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The totals and per-client allowances sessions and connections take
 /// from.
@@ -92,7 +97,7 @@ pub(crate) struct ServerState {
     pub(crate) streams: Arc<Streams>,
     /// With `--redis`: the Durable Streams live in the shared history
     /// (then `streams` stays empty).
-    pub(crate) shared_streams: std::sync::OnceLock<Arc<SharedStreams<RedisHistory>>>,
+    pub(crate) shared_streams: std::sync::OnceLock<Arc<SharedStreams<HistoryTier>>>,
     /// The origin of every `last_active_ms`.
     started: Instant,
 }
@@ -553,55 +558,70 @@ impl AppState {
         Self::with_history(config, Arc::new(Local), shutdown)
     }
 
-    /// [`AppState::try_new`], connected to the shared history of
-    /// `config.redis` when it is set.
+    /// [`AppState::try_new`], over the history tier the configuration
+    /// names: the shared history of `config.redis`, or the disk history of
+    /// `config.data_dir` (opened, and recovered from what a previous run
+    /// left, before this returns).
     ///
     /// # Errors
     /// The configuration is invalid, the history's URL is malformed or
-    /// Redis does not answer.
+    /// Redis does not answer, or the data directory cannot open.
     pub async fn connect(
         config: ServerConfig,
         shutdown: watch::Receiver<bool>,
     ) -> Result<Self, StartError> {
         config.validate()?;
-        let mut redis_history = None;
-        let history: Arc<dyn SessionHistory> = match &config.redis {
-            Some(redis) => {
+        // Open streams refresh a log at each keepalive (SSE every 5 s,
+        // WebSocket every ping): it outlives the local idle timeout by two
+        // of them.
+        let idle = config.idle_timeout
+            + 2 * config.ping_interval.max(std::time::Duration::from_secs(5));
+        let tier = match (&config.redis, &config.data_dir) {
+            (Some(redis), _) => {
                 let mut redis = redis.clone();
                 redis.retention = redis.retention.max(config.ring_events);
-                // Open streams refresh the keys at each keepalive (SSE every
-                // 5 s, WebSocket every ping): the keys outlive the local
-                // idle timeout by two of them.
-                redis.idle = config.idle_timeout
-                    + 2 * config.ping_interval.max(std::time::Duration::from_secs(5));
-                let redis = Arc::new(RedisHistory::connect(redis).await?);
-                redis_history = Some(Arc::clone(&redis));
-                Arc::new(Replicated::new(redis, config.max_queued_emits))
+                redis.idle = idle;
+                Some(HistoryTier::Redis(RedisHistory::connect(redis).await?))
             }
-            None => Arc::new(Local),
+            (None, Some(data_dir)) => {
+                let disk = HistoryConfig {
+                    url: String::new(),
+                    cluster: false,
+                    timeout: DISK_TIMEOUT,
+                    retention: config.ring_events,
+                    retention_bytes: config.ring_bytes,
+                    idle,
+                    ca_file: None,
+                };
+                let DataDir { path, fsync } = data_dir.clone();
+                let opened = tokio::task::spawn_blocking(move || {
+                    DiskHistory::open(&path, disk, fsync)
+                })
+                .await
+                .map_err(|join| {
+                    StartError::History(HistoryError::Unavailable(format!(
+                        "the disk history's open: {join}"
+                    )))
+                })?;
+                Some(HistoryTier::Disk(opened.map_err(StartError::DataDir)?))
+            }
+            (None, None) => None,
         };
+        let Some(tier) = tier.map(Arc::new) else {
+            return Ok(Self::with_history(config, Arc::new(Local), shutdown)?);
+        };
+        let history: Arc<dyn SessionHistory> =
+            Arc::new(Replicated::new(Arc::clone(&tier), config.max_queued_emits));
         let state = Self::with_history(config, history, shutdown)?;
-        if let Some(redis) = redis_history {
-            // The group commit's flusher and its script calls run among the
-            // server's tracked tasks: a shutdown waits for appends in
-            // flight, and drops them at its hard stop.
-            let max_payload = state
-                .0
-                .config
-                .ring()
-                .geometry()
-                .map_or(0, |g| g.max_payload());
-            let _ = state.0.shared_streams.set(Arc::new(
-                SharedStreams::new(
-                    Arc::clone(&redis),
-                    max_payload,
-                    state
-                        .0
-                        .config
-                        .redis
-                        .as_ref()
-                        .map_or(std::time::Duration::from_secs(2), |r| r.timeout),
-                )
+        let max_payload = state
+            .0
+            .config
+            .ring()
+            .geometry()
+            .map_or(0, |g| g.max_payload());
+        let timeout = tier.config().timeout;
+        let _ = state.0.shared_streams.set(Arc::new(
+            SharedStreams::new(Arc::clone(&tier), max_payload, timeout)
                 .with_producer_limits(crate::streams::stream::ProducerLimits {
                     per_stream: state.0.config.max_producers_per_stream,
                     idle: state.0.config.producer_idle_timeout,
@@ -609,10 +629,14 @@ impl AppState {
                 .with_admission(crate::streams::shared::Admission {
                     total: state.0.config.max_durable_streams as u64,
                     per_client: state.0.config.max_durable_streams_per_client as u64,
-                    // The keys' time to live: the idle timeout and a fifth.
+                    // The logs' time to live: the idle timeout and a fifth.
                     ttl: state.0.config.idle_timeout + state.0.config.idle_timeout / 5,
                 }),
-            ));
+        ));
+        if let HistoryTier::Redis(redis) = &*tier {
+            // The group commit's flusher and its script calls run among the
+            // server's tracked tasks: a shutdown waits for appends in
+            // flight, and drops them at its hard stop.
             let tasks = state.0.lifecycle.tracked_tasks();
             redis.set_spawner(Arc::new(move |task| drop(tokio::spawn(tasks.track(task)))));
         }
@@ -683,6 +707,8 @@ pub enum StartError {
     Config(InvalidConfig),
     /// The shared history (`--redis`) cannot be reached.
     History(HistoryError),
+    /// The disk history (`--data-dir`) cannot open.
+    DataDir(gapless_history::DiskError),
 }
 
 impl std::fmt::Display for StartError {
@@ -690,6 +716,7 @@ impl std::fmt::Display for StartError {
         match self {
             Self::Config(error) => error.fmt(f),
             Self::History(error) => write!(f, "--redis/--redis-cluster: {error}"),
+            Self::DataDir(error) => write!(f, "--data-dir: {error}"),
         }
     }
 }

@@ -130,10 +130,15 @@ fn parse_producer(text: &str) -> Option<(Producer, Option<u64>)> {
     Some((state, at))
 }
 
-/// Whether a Redis refusal is its memory limit (`OOM command not
-/// allowed`, with `noeviction`): a write of a stream answers `507`.
+/// Whether a refusal is the history's lack of room: Redis at its memory
+/// limit (`OOM command not allowed`, with `noeviction`), or the disk of
+/// `--data-dir` full. A write of a stream answers `507`.
 pub(crate) fn is_full(error: &HistoryError) -> bool {
-    matches!(error, HistoryError::Unavailable(cause) if cause.contains("OOM"))
+    match error {
+        HistoryError::Full(_) => true,
+        HistoryError::Unavailable(cause) => cause.contains("OOM"),
+        _ => false,
+    }
 }
 
 /// Decisions retried at most on a meta that keeps changing under them.

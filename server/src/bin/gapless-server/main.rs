@@ -87,9 +87,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // `serve` logs its lifecycle at INFO (and each request with
     // `--access-log`); the in-process runs only warnings. RUST_LOG wins.
-    // Colour only on a terminal: escapes in a log file are noise.
+    // Colour only on a terminal: escapes in a log file are noise. The disk
+    // store (`--data-dir`) logs each of its trees' recovery at INFO: only
+    // its warnings.
     let default_filter = match cli.command {
-        Command::Serve(_) => "info",
+        Command::Serve(_) => "info,lsm_tree=warn,fjall=warn",
         // Every expected 503 past the session cap is an ERROR to tower-http.
         Command::Load(_) => "warn,tower_http=off",
         _ => "warn",

@@ -4,8 +4,8 @@
 
 use clap::Args;
 use gapless_server::{
-    check_exposure, serve_state, AppState, HistoryConfig, InvalidConfig, MemoryBudget,
-    ServerConfig, StartError, TrustedProxy,
+    check_exposure, serve_state, AppState, DataDir, Fsync, HistoryConfig, InvalidConfig,
+    MemoryBudget, ServerConfig, StartError, TrustedProxy,
 };
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -180,6 +180,27 @@ pub struct ServeArgs {
     /// Seconds each Redis call may take before it counts as unavailable.
     #[arg(long, env = "GAPLESS_REDIS_TIMEOUT", default_value = "2", value_parser = seconds)]
     redis_timeout: Duration,
+    /// Keep sessions and Durable Streams in a durable log in this
+    /// directory (made if missing; one server at a time): they come back
+    /// after a restart, a killed process included, with the same epochs
+    /// and offsets. Not with --redis.
+    #[arg(long, env = "GAPLESS_DATA_DIR", conflicts_with_all = ["redis", "redis_cluster"])]
+    data_dir: Option<std::path::PathBuf>,
+    /// With --data-dir, when a write is acknowledged: always (after a
+    /// group-commit fdatasync: it survives a power cut) or never (at the
+    /// write: it survives a killed process, not a power cut or a kernel
+    /// crash).
+    #[arg(long, env = "GAPLESS_FSYNC", default_value = "always", value_parser = fsync)]
+    fsync: Fsync,
+}
+
+/// `always` or `never` (`--fsync`).
+fn fsync(text: &str) -> Result<Fsync, String> {
+    match text {
+        "always" => Ok(Fsync::Always),
+        "never" => Ok(Fsync::Never),
+        _ => Err(format!("expected always or never, got {text:?}")),
+    }
 }
 
 /// A positive, finite number of seconds (what the server can run with is
@@ -247,6 +268,10 @@ impl ServeArgs {
                 retention_bytes: self.ring_bytes,
                 ca_file: self.redis_ca_file.clone(),
                 idle: self.idle_timeout,
+            }),
+            data_dir: self.data_dir.clone().map(|path| DataDir {
+                path,
+                fsync: self.fsync,
             }),
             ..ServerConfig::default()
         };
