@@ -7,8 +7,8 @@
 //! type: every other module reads its configuration from here.
 
 use crate::client_addr::TrustedProxy;
-pub use gapless_history::Fsync;
 pub use gapless_history::config::{redact_url, HistoryConfig};
+pub use gapless_history::Fsync;
 use std::fmt;
 use std::time::Duration;
 

@@ -6,8 +6,8 @@
 #[cfg(test)]
 pub(crate) use gapless_history::memory;
 pub use gapless_history::{
-    counter, Admission, Change, DiskHistory, Follower, Guard, History, HistoryConfig,
-    HistoryError, Known, LogId, Meta, MetaUpdate, RedisHistory, Snapshot, PER_EPOCH, READ_BYTES,
+    counter, Admission, Change, DiskHistory, Follower, Guard, History, HistoryConfig, HistoryError,
+    Known, LogId, Meta, MetaUpdate, RedisHistory, Snapshot, PER_EPOCH, READ_BYTES,
 };
 use gapless_history::{DiskFollower, Followed, Updated};
 use std::time::Duration;

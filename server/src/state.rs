@@ -5,7 +5,9 @@ use crate::admission::{Bounded, PerClient};
 use crate::client_addr::ClientKey;
 use crate::config::{DataDir, InvalidConfig, ServerConfig};
 use crate::entry::{Admission, Entry};
-use crate::history::{DiskHistory, History, HistoryConfig, HistoryError, HistoryTier, RedisHistory};
+use crate::history::{
+    DiskHistory, History, HistoryConfig, HistoryError, HistoryTier, RedisHistory,
+};
 use crate::ids::{PublishKey, SessionId};
 use crate::lifecycle::{turned_true, Lifecycle};
 use crate::metrics::{HistoryFailure, Limit, Metrics, RingTotals};
@@ -574,8 +576,8 @@ impl AppState {
         // Open streams refresh a log at each keepalive (SSE every 5 s,
         // WebSocket every ping): it outlives the local idle timeout by two
         // of them.
-        let idle = config.idle_timeout
-            + 2 * config.ping_interval.max(std::time::Duration::from_secs(5));
+        let idle =
+            config.idle_timeout + 2 * config.ping_interval.max(std::time::Duration::from_secs(5));
         let tier = match (&config.redis, &config.data_dir) {
             (Some(redis), _) => {
                 let mut redis = redis.clone();
@@ -594,15 +596,14 @@ impl AppState {
                     ca_file: None,
                 };
                 let DataDir { path, fsync } = data_dir.clone();
-                let opened = tokio::task::spawn_blocking(move || {
-                    DiskHistory::open(&path, disk, fsync)
-                })
-                .await
-                .map_err(|join| {
-                    StartError::History(HistoryError::Unavailable(format!(
-                        "the disk history's open: {join}"
-                    )))
-                })?;
+                let opened =
+                    tokio::task::spawn_blocking(move || DiskHistory::open(&path, disk, fsync))
+                        .await
+                        .map_err(|join| {
+                            StartError::History(HistoryError::Unavailable(format!(
+                                "the disk history's open: {join}"
+                            )))
+                        })?;
                 Some(HistoryTier::Disk(opened.map_err(StartError::DataDir)?))
             }
             (None, None) => None,

@@ -1,0 +1,348 @@
+//! `serve --data-dir`: what a real `gapless-server` process keeps on a real
+//! disk when it is killed (`SIGKILL`, mid-load) and started again on the
+//! same directory. Every acknowledged append of a Durable Stream and every
+//! acknowledged emit of a session is there once, in order, byte for byte,
+//! under the offsets and event IDs it was acknowledged with; a reader
+//! resumes from an offset it held before the kill; writes continue after
+//! the last one.
+
+use gapless::EventId;
+use gapless_client::{Client, Method};
+use serde_json::Value;
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Every single network wait.
+const IO: Duration = Duration::from_secs(10);
+/// Kill rounds.
+const ROUNDS: usize = 3;
+/// Concurrent appenders to the stream (and emitters to the session).
+const WRITERS: usize = 4;
+/// Acknowledged writes a round waits for before it kills the server
+/// (writes go on while it dies).
+const ACKED_BEFORE_KILL: usize = 120;
+
+/// The server process, killed when dropped.
+struct Server {
+    child: Child,
+    client: Client,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `gapless-server serve --data-dir DIR` on a free port.
+async fn launch(dir: &Path) -> Server {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gapless-server"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--data-dir"])
+        .arg(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn gapless-server");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let line = tokio::time::timeout(
+        IO,
+        tokio::task::spawn_blocking(move || {
+            let mut line = String::new();
+            let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+            line
+        }),
+    )
+    .await
+    .expect("no `listening on` line within the deadline")
+    .expect("reader thread");
+    let url = line
+        .trim_end()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("first stdout line is {line:?}"))
+        .to_owned();
+    let client = Client::new(url).expect("client").with_timeout(IO);
+    Server { child, client }
+}
+
+/// What the writers had acknowledged.
+#[derive(Default)]
+struct Acked {
+    /// The stream's messages by the seq of their `Stream-Next-Offset`.
+    appends: BTreeMap<u64, String>,
+    /// The session's events by seq, and their epoch.
+    emits: BTreeMap<u64, (u64, String)>,
+}
+
+impl Acked {
+    fn total(&self) -> usize {
+        self.appends.len() + self.emits.len()
+    }
+}
+
+/// The seq of a Durable Streams offset (`<generation>_<seq>`).
+fn seq_of(offset: &str) -> u64 {
+    let (_, seq) = offset
+        .split_once('_')
+        .unwrap_or_else(|| panic!("offset {offset:?}"));
+    seq.parse().unwrap_or_else(|_| panic!("offset {offset:?}"))
+}
+
+/// Appends `message` (a JSON string) to `/v1/stream/s`; its seq if
+/// acknowledged.
+async fn append(client: &Client, message: &str) -> Option<u64> {
+    let request = client
+        .request(Method::POST, "/v1/stream/s")
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(message).expect("JSON"));
+    let response = client.send(request).await.ok()?;
+    if response.status().as_u16() != 204 && response.status().as_u16() != 200 {
+        return None;
+    }
+    let offset = response
+        .headers()
+        .get("stream-next-offset")?
+        .to_str()
+        .ok()?;
+    Some(seq_of(offset))
+}
+
+/// Writes until the server stops answering: appends, or emits to
+/// `session`, each acknowledged one recorded.
+async fn write(
+    client: Client,
+    writer: usize,
+    round: usize,
+    session: Option<String>,
+    acked: Arc<Mutex<Acked>>,
+) {
+    for n in 0.. {
+        let message = format!("w{writer}-r{round}-{n}");
+        match &session {
+            None => match append(&client, &message).await {
+                Some(seq) => {
+                    let before = acked.lock().expect("acked").appends.insert(seq, message);
+                    assert!(before.is_none(), "seq {seq} acknowledged twice");
+                }
+                None => return,
+            },
+            Some(session) => match client.emit(session, &Value::String(message.clone())).await {
+                Ok(id) => {
+                    let before = acked
+                        .lock()
+                        .expect("acked")
+                        .emits
+                        .insert(id.seq, (id.epoch, message));
+                    assert!(before.is_none(), "event {id} acknowledged twice");
+                }
+                Err(_) => return,
+            },
+        }
+    }
+}
+
+/// Every message of `/v1/stream/s` from offset `from`, page by page.
+async fn read_stream(client: &Client, from: &str) -> (Vec<String>, String) {
+    let mut messages = Vec::new();
+    let mut offset = from.to_owned();
+    loop {
+        let response = client
+            .send(client.get(&format!("/v1/stream/s?offset={offset}")))
+            .await
+            .expect("read");
+        assert_eq!(response.status().as_u16(), 200, "read from {offset}");
+        let next = response.headers()["stream-next-offset"]
+            .to_str()
+            .expect("offset")
+            .to_owned();
+        let up_to_date = response.headers().contains_key("stream-up-to-date");
+        let body = client.read_body(response).await.expect("body");
+        let page: Vec<String> = serde_json::from_slice(&body).expect("a JSON array of strings");
+        messages.extend(page);
+        offset = next;
+        if up_to_date {
+            return (messages, offset);
+        }
+    }
+}
+
+/// Every event of `session` after `cursor`, up to seq `last`.
+async fn read_session(
+    client: &Client,
+    session: &str,
+    cursor: EventId,
+    last: u64,
+) -> Vec<(EventId, String)> {
+    let mut events = Vec::new();
+    if cursor.seq >= last {
+        return events;
+    }
+    let mut sse = client
+        .open_sse(session, Some(cursor))
+        .await
+        .expect("open SSE");
+    while let Some(event) = sse.next_event().await.expect("an SSE event") {
+        let Some(id) = event.id.as_deref() else {
+            continue;
+        };
+        let id: EventId = id.parse().expect("an event id");
+        let data: String = serde_json::from_str(&event.data).expect("a JSON string");
+        events.push((id, data));
+        if id.seq >= last {
+            break;
+        }
+    }
+    events
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_acknowledged_write_survives_sigkill_mid_load_and_writes_go_on_after_it() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let acked = Arc::new(Mutex::new(Acked::default()));
+    let mut session = String::new();
+    // An offset and a cursor a reader held before the first kill.
+    let mut held: Option<(String, Vec<String>)> = None;
+    for round in 0..ROUNDS {
+        let server = launch(dir.path()).await;
+        let client = &server.client;
+        if round == 0 {
+            let created = client
+                .send(
+                    client
+                        .request(Method::PUT, "/v1/stream/s")
+                        .header("content-type", "application/json"),
+                )
+                .await
+                .expect("create");
+            assert_eq!(created.status().as_u16(), 201);
+            session = client.create_session().await.expect("a session").session;
+        } else {
+            check(
+                client,
+                &session,
+                &acked.lock().expect("acked"),
+                held.as_ref(),
+            )
+            .await;
+        }
+        let start = acked.lock().expect("acked").total();
+        let mut writers = Vec::new();
+        for writer in 0..WRITERS {
+            let target = (writer % 2 == 1).then(|| session.clone());
+            writers.push(tokio::spawn(write(
+                client.clone(),
+                writer,
+                round,
+                target,
+                Arc::clone(&acked),
+            )));
+        }
+        // Kill once enough writes were acknowledged in this round, while
+        // the writers go on.
+        tokio::time::timeout(Duration::from_secs(60), async {
+            while acked.lock().expect("acked").total() < start + ACKED_BEFORE_KILL {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("writes acknowledged within a minute");
+        if round == 0 {
+            let (messages, offset) = read_stream(client, "-1").await;
+            held = Some((offset, messages));
+        }
+        drop(server);
+        for writer in writers {
+            writer.await.expect("a writer");
+        }
+    }
+    let server = launch(dir.path()).await;
+    check(
+        &server.client,
+        &session,
+        &acked.lock().expect("acked"),
+        held.as_ref(),
+    )
+    .await;
+    // Writes go on after every acknowledged one.
+    let last_append = *acked
+        .lock()
+        .expect("acked")
+        .appends
+        .keys()
+        .last()
+        .expect("appends");
+    let seq = append(&server.client, "after")
+        .await
+        .expect("an append after the restarts");
+    assert!(seq > last_append, "append at {seq}, after {last_append}");
+    let id = server
+        .client
+        .emit(&session, &Value::String("after".into()))
+        .await
+        .expect("an emit after the restarts");
+    let last_emit = *acked
+        .lock()
+        .expect("acked")
+        .emits
+        .keys()
+        .last()
+        .expect("emits");
+    assert!(id.seq > last_emit, "emit {id}, after seq {last_emit}");
+}
+
+/// What a restarted server holds against what was acknowledged.
+async fn check(
+    client: &Client,
+    session: &str,
+    acked: &Acked,
+    held: Option<&(String, Vec<String>)>,
+) {
+    // The stream: its message of seq N is the one acknowledged at N, each
+    // message once.
+    let (messages, _) = read_stream(client, "-1").await;
+    let mut seen = HashSet::new();
+    for message in &messages {
+        assert!(seen.insert(message), "{message} is in the stream twice");
+    }
+    for (seq, message) in &acked.appends {
+        let at = usize::try_from(*seq).expect("seq") - 1;
+        assert_eq!(
+            messages.get(at),
+            Some(message),
+            "the message acknowledged at seq {seq}"
+        );
+    }
+    // A reader resumes from the offset it held before the first kill.
+    if let Some((offset, before)) = held {
+        let (after, _) = read_stream(client, offset).await;
+        assert_eq!(
+            [before.as_slice(), after.as_slice()].concat(),
+            messages,
+            "a read from a held offset continues the stream"
+        );
+    }
+    // The session: every acknowledged emit, in seq order, under its epoch.
+    let Some((&last, &(epoch, _))) = acked.emits.iter().last() else {
+        panic!("no emit was acknowledged");
+    };
+    let events = read_session(client, session, EventId { epoch, seq: 0 }, last).await;
+    let by_seq: BTreeMap<u64, String> = events
+        .iter()
+        .map(|(id, data)| {
+            assert_eq!(id.epoch, epoch, "event {id} under another epoch");
+            (id.seq, data.clone())
+        })
+        .collect();
+    assert_eq!(by_seq.len(), events.len(), "an event replayed twice");
+    for (seq, (_, message)) in &acked.emits {
+        assert_eq!(
+            by_seq.get(seq),
+            Some(message),
+            "the event acknowledged at seq {seq}"
+        );
+    }
+}
