@@ -14,13 +14,15 @@
 #      single-writer example, the migrating client against an in-process
 #      server, the embedding example (bearer-token layer), a short churn
 #      run (non-zero on a silent gap or a failed check), the same with two
-#      instances over a throwaway redis-server (scripts/with-redis.sh), and
+#      instances over a throwaway redis-server (scripts/with-redis.sh) and
+#      with the sessions on disk (--data-dir, a temporary directory), and
 #      a short load run
 #      (500 sessions, a tenth stalled, clients past the session cap;
 #      non-zero on a silent gap, a starved reader or RSS over budget)
 #   3. the official Durable Streams server conformance suite against the
 #      release binary (scripts/conformance.sh: Node 20 and npm, packages
-#      pinned in conformance/package-lock.json), in process and over Redis;
+#      pinned in conformance/package-lock.json), in process, over Redis and
+#      on disk (--data-dir);
 #      the official TypeScript client across two instances
 #      (scripts/ds-e2e.sh); then the benchmarks in
 #      test mode (each scenario once)
@@ -64,6 +66,11 @@ cargo run --release -p gapless-server --example embed_with_auth
 cargo run --release -p gapless-server -- churn --duration "${CHURN_SECONDS:-8}" --sessions 12
 scripts/with-redis.sh cargo run --release -p gapless-server -- \
     churn --duration "${CHURN_SECONDS:-8}" --sessions 12 --redis {redis}
+# The same with the sessions in the disk history of `serve --data-dir`.
+data_dir="$(mktemp -d "${TMPDIR:-/tmp}/gapless-churn-XXXXXX")"
+cargo run --release -p gapless-server -- \
+    churn --duration "${CHURN_SECONDS:-8}" --sessions 12 --data-dir "$data_dir"
+rm -rf "$data_dir"
 scripts/with-redis.sh cargo run --release -p gapless-server -- \
     plan --rate 100 --outage 30 --payload 200 --sessions 1000 --redis {redis}
 cargo run --release -p gapless-server -- load --sessions "${LOAD_SESSIONS:-500}" --duration "${LOAD_SECONDS:-10}"
@@ -77,6 +84,11 @@ DS_LONG_POLL_TIMEOUT_MS=3000 scripts/conformance.sh --build -- --long-poll-timeo
 # The same suite with the streams in a throwaway redis-server (--redis).
 DS_LONG_POLL_TIMEOUT_MS=3000 scripts/with-redis.sh scripts/conformance.sh -- \
     --long-poll-timeout 2 --redis {redis}
+# And with the streams in the disk history of `serve --data-dir`.
+data_dir="$(mktemp -d "${TMPDIR:-/tmp}/gapless-conformance-XXXXXX")"
+DS_LONG_POLL_TIMEOUT_MS=3000 scripts/conformance.sh -- \
+    --long-poll-timeout 2 --data-dir "$data_dir"
+rm -rf "$data_dir"
 # The official TypeScript client across two instances over one Redis: a
 # live reader cut on A resumes on B from its offset, every byte once.
 scripts/ds-e2e.sh

@@ -53,8 +53,12 @@ enum Command {
         payload: usize,
         /// Run two instances sharing sessions through this Redis
         /// (`redis://HOST:PORT`); clients move between them.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "data_dir")]
         redis: Option<String>,
+        /// Keep the sessions in a durable log in this directory, as `serve
+        /// --data-dir` does.
+        #[arg(long)]
+        data_dir: Option<std::path::PathBuf>,
     },
     /// The load test: thousands of sessions (healthy, stalled and churning
     /// readers) and clients past the session cap, in-process on loopback.
@@ -124,6 +128,7 @@ fn main() -> ExitCode {
             ring_bytes,
             payload,
             redis,
+            data_dir,
         } => {
             if !(duration.is_finite() && duration >= 0.0 && rate.is_finite() && rate > 0.0) {
                 eprintln!("error: --duration must be >= 0 and --rate > 0");
@@ -137,6 +142,7 @@ fn main() -> ExitCode {
                 ring_bytes,
                 payload,
                 redis,
+                data_dir,
             };
             match runtime.block_on(churn::run(config)) {
                 Ok(report) => {

@@ -8,6 +8,11 @@
 //! client moves to the other instance before each resume or migration,
 //! with its own cursor, so every replay crosses instances.
 //!
+//! With `--data-dir DIR`, the one instance keeps its sessions in the disk
+//! history there (`serve --data-dir`): every emit is acknowledged after
+//! its group commit, and every replay the ring does not cover is read
+//! from the disk.
+//!
 //! The run passes only if it exercised what it claims to and nothing went
 //! wrong: see [`ChurnReport::checks`]. A run that delivered nothing, never
 //! migrated, never had an echoed cursor refused or never presented an
@@ -16,7 +21,7 @@
 mod report;
 
 use gapless_client::{Client, ClientError, MigratingClient, Next, Refusal};
-use gapless_server::{spawn, HistoryConfig, RunningServer, ServerConfig};
+use gapless_server::{spawn, DataDir, Fsync, HistoryConfig, RunningServer, ServerConfig};
 pub use report::ChurnReport;
 use report::{Latencies, Tally};
 use std::io::{IsTerminal, Write as _};
@@ -42,6 +47,9 @@ pub struct ChurnConfig {
     /// Two instances sharing sessions through this Redis; `None`: one
     /// instance, no Redis.
     pub redis: Option<String>,
+    /// The instance keeps its sessions in the disk history in this
+    /// directory (`serve --data-dir`); not with `redis`.
+    pub data_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for ChurnConfig {
@@ -54,6 +62,7 @@ impl Default for ChurnConfig {
             ring_bytes: 256 << 10,
             payload: 128,
             redis: None,
+            data_dir: None,
         }
     }
 }
@@ -547,6 +556,10 @@ pub async fn run(
             retention_bytes: config.ring_bytes,
             ca_file: None,
             idle: Duration::from_secs(600),
+        }),
+        data_dir: config.data_dir.as_ref().map(|path| DataDir {
+            path: path.clone(),
+            fsync: Fsync::Always,
         }),
         ..ServerConfig::default()
     };
