@@ -49,8 +49,8 @@ use crate::{
     LogId, Meta, MetaUpdate, Snapshot, Updated, PER_EPOCH,
 };
 use bytes::Bytes;
-use commit::GroupCommit;
-use fjall::{Batch, Config, Keyspace, PartitionCreateOptions, PartitionHandle, PersistMode};
+use commit::{GroupCommit, Op, Part};
+use fjall::{Config, Keyspace, PartitionCreateOptions, PartitionHandle, PersistMode, Slice};
 use record::{LogRecord, RunRecord};
 use std::collections::HashMap;
 use std::fmt;
@@ -63,9 +63,6 @@ use tokio::time::Instant;
 
 /// Events per read at most, as the Redis read script.
 const READ_EVENTS: usize = 512;
-
-/// Tombstones per batch when a log's events are removed.
-const REMOVE_BATCH: usize = 10_000;
 
 /// The key of the run record in `runs`.
 const RUN_KEY: &[u8] = b"run";
@@ -103,7 +100,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// A store's failure as the history's: [`HistoryError::Full`] when the
 /// disk is (`ENOSPC` anywhere in its causes), else unavailable.
-fn store_error(error: fjall::Error) -> HistoryError {
+pub(crate) fn store_error(error: fjall::Error) -> HistoryError {
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&error);
     while let Some(current) = cause {
         let full = current
@@ -123,6 +120,24 @@ fn event_key(id: &LogId, seq: u64) -> [u8; 24] {
     key[..16].copy_from_slice(&id.to_bytes());
     key[16..].copy_from_slice(&seq.to_be_bytes());
     key
+}
+
+/// Writes event `seq` of log `id`.
+fn put_event(ops: &mut Vec<Op>, id: &LogId, seq: u64, payload: &Bytes) {
+    ops.push(Op::Insert(
+        Part::Events,
+        Slice::from(&event_key(id, seq)[..]),
+        Slice::from(payload.clone()),
+    ));
+}
+
+/// Writes log `id`'s record.
+fn put_record(ops: &mut Vec<Op>, id: &LogId, record: &LogRecord) {
+    ops.push(Op::Insert(
+        Part::Logs,
+        Slice::from(&id.to_bytes()[..]),
+        Slice::from(record.encode()),
+    ));
 }
 
 /// One log in memory: its record as last written, and what readers see.
@@ -148,10 +163,9 @@ pub struct DiskHistory {
     config: HistoryConfig,
     keyspace: Keyspace,
     events: PartitionHandle,
-    logs_partition: PartitionHandle,
     runs: PartitionHandle,
     logs: Mutex<HashMap<LogId, Log>>,
-    commit: Arc<GroupCommit>,
+    commit: GroupCommit,
     tokens: Tokens,
     admissions: AdmissionSets,
     /// Each followed log's visible seq, as its durable appends announce it.
@@ -255,12 +269,18 @@ impl DiskHistory {
             }
         }
         tracing::info!(dir = %dir.display(), logs = logs.len(), run = run.run, "disk history open");
+        let commit = GroupCommit::start(
+            keyspace.clone(),
+            events.clone(),
+            logs_partition.clone(),
+            fsync,
+        )
+        .map_err(|error| DiskError::Store(format!("the committer thread: {error}")))?;
         Ok(Self {
             config,
-            commit: Arc::new(GroupCommit::new(keyspace.clone(), fsync)),
+            commit,
             keyspace,
             events,
-            logs_partition,
             runs,
             logs: Mutex::new(logs),
             tokens: Tokens::default(),
@@ -312,34 +332,25 @@ impl DiskHistory {
     }
 
     /// Adds the removal of every event of log `id` from `first` on to
-    /// `batch`, committing full batches on the way (the record stays
-    /// until the caller's batch removes or rewrites it).
-    fn remove_events(&self, batch: &mut Batch, id: &LogId, first: u64) -> Result<(), HistoryError> {
-        let mut in_batch = 0;
+    /// `ops` (the record stays until the caller removes or rewrites it).
+    fn remove_events(&self, ops: &mut Vec<Op>, id: &LogId, first: u64) -> Result<(), HistoryError> {
         for entry in self
             .events
             .range(event_key(id, first)..=event_key(id, u64::MAX))
         {
             let (key, _) = entry.map_err(store_error)?;
-            batch.remove(&self.events, key);
-            in_batch += 1;
-            if in_batch == REMOVE_BATCH {
-                std::mem::replace(batch, self.keyspace.batch())
-                    .commit()
-                    .map_err(store_error)?;
-                in_batch = 0;
-            }
+            ops.push(Op::Remove(Part::Events, key));
         }
         Ok(())
     }
 
-    /// Removes log `id` (events and record) in the journal, not waiting
-    /// for its fdatasync (an expiry: nothing is acknowledged by it).
+    /// Removes log `id` (events and record), not waiting for its write (an
+    /// expiry: nothing is acknowledged by it).
     fn remove_log_now(&self, id: &LogId) -> Result<(), HistoryError> {
-        let mut batch = self.keyspace.batch();
-        self.remove_events(&mut batch, id, 0)?;
-        batch.remove(&self.logs_partition, id.to_bytes());
-        batch.commit().map_err(store_error)?;
+        let mut ops = Vec::new();
+        self.remove_events(&mut ops, id, 0)?;
+        ops.push(Op::Remove(Part::Logs, Slice::from(&id.to_bytes()[..])));
+        drop(self.commit.submit(ops)?);
         lock(&self.followed).remove(id);
         Ok(())
     }
@@ -366,14 +377,6 @@ impl DiskHistory {
             let _ = self.log(&id);
         }
         lock(&self.followed).retain(|_, sender| sender.receiver_count() > 0);
-    }
-
-    /// Commits `batch`, takes its ticket and waits until it is durable.
-    async fn write(&self, batch: Batch) -> Result<(), HistoryError> {
-        self.commit.check()?;
-        batch.commit().map_err(store_error)?;
-        let ticket = self.commit.ticket();
-        self.commit.durable(ticket).await
     }
 
     fn announce(&self, id: &LogId, visible: u64) {
@@ -483,8 +486,10 @@ fn pick(meta: &Meta, fields: Option<&[&str]>) -> Meta {
 
 impl Drop for DiskHistory {
     fn drop(&mut self) {
-        // The journal persisted, then the run marked clean: a restart after
-        // this loses nothing, whatever `--fsync` said.
+        // Every queued write answered, the journal persisted, then the run
+        // marked clean: a restart after this loses nothing, whatever
+        // `--fsync` said.
+        self.commit.close();
         let closed = self
             .keyspace
             .persist(PersistMode::SyncAll)
@@ -533,8 +538,8 @@ impl History for DiskHistory {
             meta: meta.clone(),
             ..LogRecord::default()
         };
-        let mut batch = self.keyspace.batch();
-        batch.insert(&self.logs_partition, id.to_bytes(), record.encode());
+        let mut ops = Vec::new();
+        put_record(&mut ops, id, &record);
         let state = LogState {
             record,
             visible: 0,
@@ -542,17 +547,17 @@ impl History for DiskHistory {
             lossy: false,
             removed: false,
         };
-        {
+        let pending = {
             let mut logs = lock(&self.logs);
             if logs.contains_key(id) {
                 return Ok(false);
             }
-            // In the journal before any write of the log can follow it.
-            batch.commit().map_err(store_error)?;
+            // Queued before any write of the log can follow it.
+            let pending = self.commit.submit(ops)?;
             logs.insert(*id, Arc::new(Mutex::new(state)));
-        }
-        let ticket = self.commit.ticket();
-        self.commit.durable(ticket).await?;
+            pending
+        };
+        GroupCommit::durable(pending).await?;
         Ok(true)
     }
 
@@ -566,7 +571,7 @@ impl History for DiskHistory {
     ) -> Result<Option<(u64, u64)>, HistoryError> {
         self.commit.check()?;
         let log = self.log(id).ok_or(HistoryError::Gone)?;
-        let (ticket, epoch, first, last) = {
+        let (pending, epoch, first, last) = {
             let mut state = lock(&log);
             if state.removed {
                 return Err(HistoryError::Gone);
@@ -578,14 +583,14 @@ impl History for DiskHistory {
             if !holds {
                 return Ok(None);
             }
-            let mut batch = self.keyspace.batch();
+            let mut ops = Vec::with_capacity(payloads.len() + 2);
             let mut record = state.record.clone();
             // As the scripts: a log that may have lost events, or one
             // behind the caller's ring, continues under a new epoch.
             let renumber =
                 state.lossy || (record.epoch == known.epoch && record.published < known.published);
             if renumber {
-                self.remove_events(&mut batch, id, 0)?;
+                self.remove_events(&mut ops, id, 0)?;
                 record = LogRecord {
                     epoch: Self::next_epoch(guard)?,
                     first_retained: 1,
@@ -603,7 +608,7 @@ impl History for DiskHistory {
             }
             let first = record.published + 1;
             for (seq, payload) in (first..).zip(payloads) {
-                batch.insert(&self.events, event_key(id, seq), payload.clone());
+                put_event(&mut ops, id, seq, payload);
                 record.bytes += payload.len() as u64;
             }
             record.published += payloads.len() as u64;
@@ -615,7 +620,7 @@ impl History for DiskHistory {
             {
                 let oldest = record.first_retained;
                 let len = match oldest.checked_sub(first) {
-                    // Written by this batch: its length is the payload's.
+                    // Written by this append: its length is the payload's.
                     Some(index) => payloads.get(index as usize).map_or(0, Bytes::len),
                     None => self
                         .events
@@ -623,14 +628,16 @@ impl History for DiskHistory {
                         .map_err(store_error)?
                         .map_or(0, |payload| payload.len()),
                 };
-                batch.remove(&self.events, event_key(id, oldest));
+                ops.push(Op::Remove(
+                    Part::Events,
+                    Slice::from(&event_key(id, oldest)[..]),
+                ));
                 record.bytes -= (len as u64).min(record.bytes);
                 record.retained -= 1;
                 record.first_retained += 1;
             }
-            batch.insert(&self.logs_partition, id.to_bytes(), record.encode());
-            batch.commit().map_err(store_error)?;
-            let ticket = self.commit.ticket();
+            put_record(&mut ops, id, &record);
+            let pending = self.commit.submit(ops)?;
             if renumber {
                 state.visible = 0;
                 state.lossy = false;
@@ -638,9 +645,9 @@ impl History for DiskHistory {
             let (epoch, last) = (record.epoch, record.published);
             state.record = record;
             self.renew(&mut state);
-            (ticket, epoch, first, last)
+            (pending, epoch, first, last)
         };
-        match tokio::time::timeout_at(deadline, self.commit.durable(ticket)).await {
+        match tokio::time::timeout_at(deadline, GroupCommit::durable(pending)).await {
             Ok(durable) => durable?,
             Err(_) => {
                 return Err(HistoryError::Unavailable(
@@ -694,19 +701,18 @@ impl History for DiskHistory {
         let Some(log) = self.log(id) else {
             return Ok(false);
         };
-        {
+        let pending = {
             let mut state = lock(&log);
             if state.removed {
                 return Ok(false);
             }
             state.record.complete = true;
             state.expires = Instant::now() + grace;
-            let mut batch = self.keyspace.batch();
-            batch.insert(&self.logs_partition, id.to_bytes(), state.record.encode());
-            batch.commit().map_err(store_error)?;
-        }
-        let ticket = self.commit.ticket();
-        self.commit.durable(ticket).await?;
+            let mut ops = Vec::new();
+            put_record(&mut ops, id, &state.record);
+            self.commit.submit(ops)?
+        };
+        GroupCommit::durable(pending).await?;
         Ok(true)
     }
 
@@ -715,27 +721,29 @@ impl History for DiskHistory {
         let Some(log) = self.log(id) else {
             return Ok(false);
         };
-        let mut batch = self.keyspace.batch();
-        {
+        let pending = {
             let mut logs = lock(&self.logs);
             let mut state = lock(&log);
             if state.removed {
                 return Ok(false);
             }
+            let mut ops = Vec::new();
+            self.remove_events(&mut ops, id, 0)?;
+            ops.push(Op::Remove(Part::Logs, Slice::from(&id.to_bytes()[..])));
+            let pending = self.commit.submit(ops)?;
             state.removed = true;
             logs.remove(id);
-            self.remove_events(&mut batch, id, 0)?;
-            batch.remove(&self.logs_partition, id.to_bytes());
-        }
+            pending
+        };
         lock(&self.followed).remove(id);
-        self.write(batch).await?;
+        GroupCommit::durable(pending).await?;
         Ok(true)
     }
 
     async fn update_meta(&self, id: &LogId, update: &MetaUpdate) -> Result<Updated, HistoryError> {
         self.commit.check()?;
         let log = self.log(id).ok_or(HistoryError::Gone)?;
-        let (updated, ticket) = {
+        let (updated, pending) = {
             let mut state = lock(&log);
             if state.removed {
                 return Err(HistoryError::Gone);
@@ -761,12 +769,11 @@ impl History for DiskHistory {
                     }
                 }
             }
-            let ticket = match changed {
+            let pending = match changed {
                 true => {
-                    let mut batch = self.keyspace.batch();
-                    batch.insert(&self.logs_partition, id.to_bytes(), record.encode());
-                    batch.commit().map_err(store_error)?;
-                    Some(self.commit.ticket())
+                    let mut ops = Vec::new();
+                    put_record(&mut ops, id, record);
+                    Some(self.commit.submit(ops)?)
                 }
                 false => None,
             };
@@ -779,10 +786,10 @@ impl History for DiskHistory {
                 epoch: record.epoch,
                 meta: pick(&record.meta, fields.as_deref()),
             };
-            (updated, ticket)
+            (updated, pending)
         };
-        if let Some(ticket) = ticket {
-            self.commit.durable(ticket).await?;
+        if let Some(pending) = pending {
+            GroupCommit::durable(pending).await?;
         }
         Ok(updated)
     }

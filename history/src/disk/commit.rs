@@ -1,157 +1,262 @@
-//! The group commit of the disk history: a write goes into the store's
-//! journal (a `write(2)`, under its log's lock, so a log's writes are in
-//! the journal in their order) and takes a ticket; then it waits until a
-//! `fdatasync` that began after its ticket was taken has returned. One
-//! writer at a time runs that `fdatasync` (on tokio's blocking pool) for
-//! every ticket taken before it began; the writers that arrive meanwhile
-//! wait for the next one, which the first of them to wake runs. So one
-//! `fdatasync` acknowledges every write that arrived while the last one
-//! ran, as the Redis tier's flusher batches script calls.
+//! The group commit of the disk history: one committer thread owns the
+//! store's journal. A write (a log's events and record, as [`Op`]s) is
+//! queued under its log's lock, so a log's writes reach the journal in
+//! their order; the committer takes every write queued while it last
+//! worked, writes them as one batch of the store (one `write(2)`), makes
+//! it durable with one `fdatasync` ([`Fsync::Always`]), and answers each.
+//! So one `fdatasync` acknowledges every write that arrived while the last
+//! one ran, as the Redis tier's flusher batches script calls, and no
+//! runtime thread ever waits on the disk: the store's journal lock is held
+//! across its `fdatasync`, and a writer on a runtime thread would stall
+//! the runtime behind it.
 //!
-//! A failed `fdatasync` fails the history for good: after one, the kernel
-//! may have dropped the dirty pages it could not write, and a second
-//! `fdatasync` can succeed without them. Every waiting and later write is
-//! answered [`HistoryError::Unavailable`] until the process restarts and
-//! the store recovers from what is on disk.
+//! A failed batch or `fdatasync` fails the history for good: after one, the
+//! kernel may have dropped the dirty pages it could not write, and a second
+//! `fdatasync` can succeed without them (the store refuses writes after
+//! one, too). Every queued and later write is answered
+//! [`HistoryError::Unavailable`] until the process restarts and the store
+//! recovers from what is on disk; a full disk is answered
+//! [`HistoryError::Full`] the same way.
 
 use crate::HistoryError;
-use fjall::{Keyspace, PersistMode};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use fjall::{Keyspace, PartitionHandle, PersistMode, Slice};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::thread::JoinHandle;
 use std::time::Instant as StdInstant;
-use tokio::sync::watch;
+use tokio::sync::oneshot;
 
 /// When a write is acknowledged.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Fsync {
     /// After an `fdatasync` of the journal that covers it (group commit):
-    /// an acknowledged write survives a power loss. The default.
+    /// an acknowledged write survives a power cut. The default.
     #[default]
     Always,
     /// After its `write(2)` into the journal: it survives a killed process
-    /// (the kernel holds it), not a power loss or a kernel crash. A restart
+    /// (the kernel holds it), not a power cut or a kernel crash. A restart
     /// after one of those continues every log under a new epoch (its
     /// clients' cursors are refused, never served other events).
     Never,
 }
 
+/// Writes one committer batch holds at most.
+const GROUP_MAX: usize = 1024;
+
+/// Which partition an [`Op`] writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Part {
+    /// The events.
+    Events,
+    /// The logs' records.
+    Logs,
+}
+
+/// One change of a write.
+pub(crate) enum Op {
+    /// Puts `value` under `key`.
+    Insert(Part, Slice, Slice),
+    /// Removes `key`.
+    Remove(Part, Slice),
+}
+
 /// Counters of the group commit, for `/metrics`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CommitStats {
+    /// Writes acknowledged (appends, meta updates, creates, deletes).
+    pub writes: u64,
+    /// Batches written to the journal (one per group).
+    pub batches: u64,
     /// `fdatasync` calls made.
     pub fsyncs: u64,
     /// Their total duration, in microseconds.
     pub fsync_micros: u64,
-    /// Writes acknowledged through the journal (appends, meta updates,
-    /// creates, deletes).
-    pub writes: u64,
 }
 
-pub(crate) struct GroupCommit {
-    keyspace: Keyspace,
-    fsync: Fsync,
-    /// Tickets taken: each write takes the next once its journal write
-    /// returned.
-    taken: AtomicU64,
-    /// `true` while a writer runs an `fdatasync`.
-    syncing: AtomicBool,
-    /// The highest ticket a finished `fdatasync` covers (every ticket taken
-    /// before it began).
-    synced: watch::Sender<u64>,
-    /// Why the history failed, after a failed `fdatasync`.
-    failed: OnceLock<String>,
+/// A write waiting for the committer.
+struct Queued {
+    ops: Vec<Op>,
+    done: oneshot::Sender<Result<(), HistoryError>>,
+}
+
+/// What the committer counts (shared with the history).
+#[derive(Default)]
+struct Counters {
+    writes: AtomicU64,
+    batches: AtomicU64,
     fsyncs: AtomicU64,
     fsync_micros: AtomicU64,
+    /// Why the history failed, after a failed batch or `fdatasync`.
+    failed: OnceLock<HistoryError>,
 }
 
+/// The queue to the committer thread, and the thread.
+pub(crate) struct GroupCommit {
+    /// `None` once closed (the committer then ends).
+    queue: Mutex<Option<mpsc::Sender<Queued>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    counters: Arc<Counters>,
+}
+
+/// What a queued write's caller awaits.
+pub(crate) type Pending = oneshot::Receiver<Result<(), HistoryError>>;
+
 impl GroupCommit {
-    pub(crate) fn new(keyspace: Keyspace, fsync: Fsync) -> Self {
-        Self {
+    /// Starts the committer thread over the store's partitions.
+    pub(crate) fn start(
+        keyspace: Keyspace,
+        events: PartitionHandle,
+        logs: PartitionHandle,
+        fsync: Fsync,
+    ) -> std::io::Result<Self> {
+        let (queue, received) = mpsc::channel();
+        let counters = Arc::new(Counters::default());
+        let committer = Committer {
             keyspace,
+            events,
+            logs,
             fsync,
-            taken: AtomicU64::new(0),
-            syncing: AtomicBool::new(false),
-            synced: watch::channel(0).0,
-            failed: OnceLock::new(),
-            fsyncs: AtomicU64::new(0),
-            fsync_micros: AtomicU64::new(0),
-        }
+            counters: Arc::clone(&counters),
+        };
+        let thread = std::thread::Builder::new()
+            .name("gapless-disk-commit".into())
+            .spawn(move || committer.run(&received))?;
+        Ok(Self {
+            queue: Mutex::new(Some(queue)),
+            thread: Mutex::new(Some(thread)),
+            counters,
+        })
     }
 
-    /// `Err` once an `fdatasync` failed: no write is taken after it.
+    /// `Err` once the history failed: no write is queued after it.
     pub(crate) fn check(&self) -> Result<(), HistoryError> {
-        match self.failed.get() {
-            Some(why) => Err(failed(why)),
+        match self.counters.failed.get() {
+            Some(error) => Err(error.clone()),
             None => Ok(()),
         }
     }
 
-    /// A ticket for a write whose journal write has returned.
-    pub(crate) fn ticket(&self) -> u64 {
-        self.taken.fetch_add(1, Ordering::AcqRel) + 1
+    /// Queues `ops` as one write, after every write queued before; the
+    /// answer comes once it is durable as [`Fsync`] says. Never blocks:
+    /// call it under the lock that orders the log's writes.
+    pub(crate) fn submit(&self, ops: Vec<Op>) -> Result<Pending, HistoryError> {
+        self.check()?;
+        let (done, pending) = oneshot::channel();
+        let queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        match queue.as_ref().map(|queue| queue.send(Queued { ops, done })) {
+            Some(Ok(())) => Ok(pending),
+            _ => Err(stopped()),
+        }
+    }
+
+    /// Waits for a queued write's answer.
+    pub(crate) async fn durable(pending: Pending) -> Result<(), HistoryError> {
+        pending.await.unwrap_or_else(|_| Err(stopped()))
     }
 
     pub(crate) fn stats(&self) -> CommitStats {
+        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         CommitStats {
-            fsyncs: self.fsyncs.load(Ordering::Relaxed),
-            fsync_micros: self.fsync_micros.load(Ordering::Relaxed),
-            writes: self.taken.load(Ordering::Relaxed),
+            writes: get(&self.counters.writes),
+            batches: get(&self.counters.batches),
+            fsyncs: get(&self.counters.fsyncs),
+            fsync_micros: get(&self.counters.fsync_micros),
         }
     }
 
-    /// Returns once the write of `ticket` is durable as [`Fsync`] says.
-    /// Cancel-safe: the `fdatasync` a waiter starts runs to its end on
-    /// tokio's blocking pool and publishes there, whether or not anyone
-    /// still waits.
-    pub(crate) async fn durable(self: &Arc<Self>, ticket: u64) -> Result<(), HistoryError> {
-        if self.fsync == Fsync::Never {
-            return self.check();
-        }
-        let mut synced = self.synced.subscribe();
-        loop {
-            self.check()?;
-            if *synced.borrow_and_update() >= ticket {
-                return Ok(());
-            }
-            if !self.syncing.swap(true, Ordering::AcqRel) {
-                let commit = Arc::clone(self);
-                drop(tokio::task::spawn_blocking(move || commit.sync_once()));
-            }
-            // The running fdatasync publishes when it ends (or fails).
-            if synced.changed().await.is_err() {
-                return Err(failed("the group commit stopped"));
-            }
-        }
-    }
-
-    /// One `fdatasync` for every ticket taken so far; then publishes. The
-    /// caller holds `syncing`; runs on a blocking thread.
-    fn sync_once(&self) {
-        let covered = self.taken.load(Ordering::Acquire);
-        let started = StdInstant::now();
-        let result = self
-            .keyspace
-            .persist(PersistMode::SyncData)
-            .map_err(|error| error.to_string());
-        self.fsyncs.fetch_add(1, Ordering::Relaxed);
-        self.fsync_micros.fetch_add(
-            u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
-            Ordering::Relaxed,
+    /// Ends the committer after it answered every queued write.
+    pub(crate) fn close(&self) {
+        drop(
+            self.queue
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
         );
-        if let Err(why) = result {
-            tracing::error!(%why, "disk history: fdatasync failed; no write is acknowledged until a restart");
-            let _ = self.failed.set(why);
+        let thread = self
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(thread) = thread {
+            if thread.join().is_err() {
+                tracing::error!("disk history: the committer thread panicked");
+            }
         }
-        // Released before the wake-up: a woken writer whose ticket this
-        // did not cover runs the next fdatasync itself.
-        self.syncing.store(false, Ordering::Release);
-        self.synced
-            .send_modify(|synced| *synced = (*synced).max(covered));
     }
 }
 
-fn failed(why: &str) -> HistoryError {
-    HistoryError::Unavailable(format!(
-        "the disk log failed an fdatasync ({why}): restart the server"
-    ))
+fn stopped() -> HistoryError {
+    HistoryError::Unavailable("the disk log's committer has stopped".into())
+}
+
+/// The committer thread's side.
+struct Committer {
+    keyspace: Keyspace,
+    events: PartitionHandle,
+    logs: PartitionHandle,
+    fsync: Fsync,
+    counters: Arc<Counters>,
+}
+
+impl Committer {
+    fn run(self, received: &mpsc::Receiver<Queued>) {
+        while let Ok(first) = received.recv() {
+            let mut group = vec![first];
+            while group.len() < GROUP_MAX {
+                match received.try_recv() {
+                    Ok(next) => group.push(next),
+                    Err(_) => break,
+                }
+            }
+            let result = match self.counters.failed.get() {
+                Some(error) => Err(error.clone()),
+                None => self.commit(&mut group),
+            };
+            if let Err(error) = &result {
+                if self.counters.failed.set(error.clone()).is_ok() {
+                    tracing::error!(%error, "disk history: a write failed; no write is acknowledged until a restart");
+                }
+            }
+            self.counters
+                .writes
+                .fetch_add(group.len() as u64, Ordering::Relaxed);
+            for queued in group {
+                let _ = queued.done.send(result.clone());
+            }
+        }
+    }
+
+    /// Writes the group as one batch, then makes it durable.
+    fn commit(&self, group: &mut [Queued]) -> Result<(), HistoryError> {
+        let mut batch = self.keyspace.batch();
+        for queued in group.iter_mut() {
+            for op in queued.ops.drain(..) {
+                match op {
+                    Op::Insert(part, key, value) => batch.insert(self.partition(part), key, value),
+                    Op::Remove(part, key) => batch.remove(self.partition(part), key),
+                }
+            }
+        }
+        batch.commit().map_err(super::store_error)?;
+        self.counters.batches.fetch_add(1, Ordering::Relaxed);
+        if self.fsync == Fsync::Always {
+            let started = StdInstant::now();
+            let persisted = self.keyspace.persist(PersistMode::SyncData);
+            self.counters.fsyncs.fetch_add(1, Ordering::Relaxed);
+            self.counters.fsync_micros.fetch_add(
+                u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+                Ordering::Relaxed,
+            );
+            persisted.map_err(super::store_error)?;
+        }
+        Ok(())
+    }
+
+    fn partition(&self, part: Part) -> &PartitionHandle {
+        match part {
+            Part::Events => &self.events,
+            Part::Logs => &self.logs,
+        }
+    }
 }
