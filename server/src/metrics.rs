@@ -322,6 +322,83 @@ impl Collector for Rings {
     }
 }
 
+/// The disk history's figures at scrape time (`--data-dir`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct DiskTotals {
+    /// The store's size on disk (journals and tables).
+    pub(crate) bytes: u64,
+    /// Logs it holds (sessions and streams).
+    pub(crate) logs: u64,
+    /// Writes acknowledged.
+    pub(crate) writes: u64,
+    /// Batches written to the journal (a group of writes each).
+    pub(crate) batches: u64,
+    /// `fdatasync` calls.
+    pub(crate) fsyncs: u64,
+    /// Their total duration, in microseconds.
+    pub(crate) fsync_micros: u64,
+}
+
+/// The collector of the disk history's figures.
+struct DiskLog {
+    read: Box<dyn Fn() -> DiskTotals + Send + Sync>,
+}
+
+impl fmt::Debug for DiskLog {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DiskLog").finish_non_exhaustive()
+    }
+}
+
+impl Collector for DiskLog {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        let disk = (self.read)();
+        for (name, help, value) in [
+            (
+                "gapless_disk_log_bytes",
+                "Bytes the disk history (--data-dir) takes on disk: journals and tables",
+                disk.bytes,
+            ),
+            (
+                "gapless_disk_log_logs",
+                "Logs the disk history holds (sessions and Durable Streams)",
+                disk.logs,
+            ),
+        ] {
+            let gauge = ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX));
+            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
+        }
+        for (name, help, value) in [
+            (
+                "gapless_disk_log_writes",
+                "Writes the disk history acknowledged (appends, emits, meta updates, creates, deletes)",
+                disk.writes,
+            ),
+            (
+                "gapless_disk_log_batches",
+                "Group commits: batches of writes the disk history wrote to its journal",
+                disk.batches,
+            ),
+            (
+                "gapless_disk_log_fsyncs",
+                "fdatasync calls of the disk history's group commit (--fsync always)",
+                disk.fsyncs,
+            ),
+        ] {
+            let counter = ConstCounter::new(value);
+            counter.encode(encoder.encode_descriptor(name, help, None, counter.metric_type())?)?;
+        }
+        let seconds = ConstCounter::new(disk.fsync_micros as f64 / 1e6);
+        seconds.encode(encoder.encode_descriptor(
+            "gapless_disk_log_fsync",
+            "Time spent in the group commit's fdatasync calls (divided by the fsyncs: the commit latency)",
+            Some(&prometheus_client::registry::Unit::Seconds),
+            seconds.metric_type(),
+        )?)?;
+        Ok(())
+    }
+}
+
 /// The server's metrics. Counters are `prometheus-client` handles: count
 /// with `.inc()` / `.inc_by(n)`; [`Metrics::encode`] renders them all.
 pub(crate) struct Metrics {
@@ -352,6 +429,18 @@ pub(crate) struct Metrics {
 }
 
 impl Metrics {
+    /// The same metrics, with the disk history's figures `read` reads at
+    /// each scrape (`--data-dir`).
+    pub(crate) fn with_disk_log(
+        mut self,
+        read: impl Fn() -> DiskTotals + Send + Sync + 'static,
+    ) -> Self {
+        self.registry.register_collector(Box::new(DiskLog {
+            read: Box::new(read),
+        }));
+        self
+    }
+
     /// Metrics whose ring totals `read_rings` reads at each scrape.
     pub(crate) fn new(read_rings: impl Fn() -> RingTotals + Send + Sync + 'static) -> Self {
         let mut registry = Registry::default();

@@ -10,7 +10,7 @@ use crate::history::{
 };
 use crate::ids::{PublishKey, SessionId};
 use crate::lifecycle::{turned_true, Lifecycle};
-use crate::metrics::{HistoryFailure, Limit, Metrics, RingTotals};
+use crate::metrics::{DiskTotals, HistoryFailure, Limit, Metrics, RingTotals};
 use crate::replica::ReplicaError;
 use crate::session_history::{Attach, Loaded, Local, Raised, Replicated, SessionHistory};
 use crate::streams::{SharedStreams, Streams};
@@ -557,7 +557,7 @@ impl AppState {
         config: ServerConfig,
         shutdown: watch::Receiver<bool>,
     ) -> Result<Self, InvalidConfig> {
-        Self::with_history(config, Arc::new(Local), shutdown)
+        Self::with_history(config, Arc::new(Local), None, shutdown)
     }
 
     /// [`AppState::try_new`], over the history tier the configuration
@@ -609,11 +609,11 @@ impl AppState {
             (None, None) => None,
         };
         let Some(tier) = tier.map(Arc::new) else {
-            return Ok(Self::with_history(config, Arc::new(Local), shutdown)?);
+            return Ok(Self::with_history(config, Arc::new(Local), None, shutdown)?);
         };
         let history: Arc<dyn SessionHistory> =
             Arc::new(Replicated::new(Arc::clone(&tier), config.max_queued_emits));
-        let state = Self::with_history(config, history, shutdown)?;
+        let state = Self::with_history(config, history, Some(&tier), shutdown)?;
         let max_payload = state
             .0
             .config
@@ -647,6 +647,7 @@ impl AppState {
     fn with_history(
         config: ServerConfig,
         history: Arc<dyn SessionHistory>,
+        tier: Option<&Arc<HistoryTier>>,
         shutdown: watch::Receiver<bool>,
     ) -> Result<Self, InvalidConfig> {
         let limits = Limits::new(&config)?;
@@ -677,6 +678,26 @@ impl AppState {
                 ..ring_totals(&sessions)
             }
         });
+        let metrics = match tier {
+            Some(tier) if matches!(**tier, HistoryTier::Disk(_)) => {
+                let tier = Arc::clone(tier);
+                metrics.with_disk_log(move || match &*tier {
+                    HistoryTier::Disk(disk) => {
+                        let commits = disk.commit_stats();
+                        DiskTotals {
+                            bytes: disk.disk_bytes(),
+                            logs: disk.log_count() as u64,
+                            writes: commits.writes,
+                            batches: commits.batches,
+                            fsyncs: commits.fsyncs,
+                            fsync_micros: commits.fsync_micros,
+                        }
+                    }
+                    HistoryTier::Redis(_) => DiskTotals::default(),
+                })
+            }
+            _ => metrics,
+        };
         let shared = Arc::new(ServerState {
             streams,
             shared_streams: std::sync::OnceLock::new(),

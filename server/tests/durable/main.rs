@@ -346,3 +346,52 @@ async fn check(
         );
     }
 }
+
+/// A sample of `/metrics`: the value on the line starting `name `.
+fn sample(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|line| {
+            line.strip_prefix(name)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no sample {name} in /metrics:\n{text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_show_the_disk_logs_size_writes_and_fsyncs() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let server = launch(dir.path()).await;
+    let client = &server.client;
+    let scrape = || async {
+        let response = client.send(client.get("/metrics")).await.expect("/metrics");
+        String::from_utf8(client.read_body(response).await.expect("body").to_vec()).expect("text")
+    };
+    let before = scrape().await;
+    let created = client
+        .send(
+            client
+                .request(Method::PUT, "/v1/stream/s")
+                .header("content-type", "application/json"),
+        )
+        .await
+        .expect("create");
+    assert_eq!(created.status().as_u16(), 201);
+    for n in 0..10 {
+        append(client, &format!("m{n}")).await.expect("an append");
+    }
+    let after = scrape().await;
+    let grew = |name: &str| sample(&after, name) - sample(&before, name);
+    // The create and ten appends, each acknowledged after an fdatasync.
+    assert!(grew("gapless_disk_log_writes_total") >= 11.0, "{after}");
+    assert!(grew("gapless_disk_log_batches_total") >= 1.0, "{after}");
+    assert!(grew("gapless_disk_log_fsyncs_total") >= 1.0, "{after}");
+    assert!(
+        grew("gapless_disk_log_fsync_seconds_total") > 0.0,
+        "{after}"
+    );
+    assert_eq!(sample(&after, "gapless_disk_log_logs"), 1.0);
+    assert!(sample(&after, "gapless_disk_log_bytes") > 0.0, "{after}");
+}
