@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Durable Streams benchmark, three servers side by side in one run:
 #   gapless      gapless-server (in process, its defaults)
+#   gapless_disk gapless-server --data-dir (fresh): its disk history, group
+#                commit (not in the default set: a run of its own beside
+#                rust_wal, the same durability, for the append workloads)
 #   rust_memory  the Rust `durable-streams` server, --durability memory
 #   rust_wal     the same, --durability wal (its default: group-commit fdatasync)
 #   node         the Node reference server (@durable-streams/server, in memory)
@@ -88,7 +91,7 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$rss_streams" ] || { [ "$quick" = 1 ] && rss_streams=10000 || rss_streams=100000; }
 for s in ${servers//,/ }; do
-    case ",$all_servers," in *",$s,"*) ;; *) echo "error: unknown server $s (one of $all_servers)" >&2; exit 2 ;; esac
+    case ",$all_servers,gapless_disk," in *",$s,"*) ;; *) echo "error: unknown server $s (one of $all_servers)" >&2; exit 2 ;; esac
 done
 # wants SERVER / wants_workload WORKLOAD: whether the run includes it.
 wants() { case ",$servers," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
@@ -96,7 +99,7 @@ wants_workload() { [ -z "$workloads" ] || case ",$workloads," in *",$1,"*) retur
 main_workloads=1
 [ "$workloads" != "rss_per_idle_stream" ] || main_workloads=0
 
-if wants gapless; then
+if wants gapless || wants gapless_disk; then
     [ -x "$bin" ] || { echo "error: $bin is not an executable (build it: cargo build --release -p gapless-server)" >&2; exit 1; }
     warn_if_older_than_sources "$bin" "rebuild: cargo build --release -p gapless-server"
 fi
@@ -135,7 +138,7 @@ stop_servers_on_exit cleanup
 # The whole run starts one gapless-server binary, a copy taken now: another
 # build may replace $bin while the run goes on.
 built=""
-if wants gapless; then
+if wants gapless || wants gapless_disk; then
     built=" (the binary of $(date -u -r "$bin" +%FT%TZ))"
     mkdir "$logdir/bin"
     cp "$bin" "$logdir/bin/gapless-server"
@@ -164,6 +167,11 @@ start() {
         case "$name" in
             gapless) cmd=("${gapless[@]}") ;;
             gapless_bigring) cmd=("${gapless_bigring[@]}") ;;
+            gapless_disk)
+                local dir
+                dir="$(mktemp -d "${TMPDIR:-/tmp}/ds-bench-$name-XXXXXX")"
+                datadirs+=("$dir")
+                cmd=("${gapless[@]}" --data-dir "$dir") ;;
             node) cmd=("${reference[@]}") ;;
             rust_memory|rust_wal)
                 local dir

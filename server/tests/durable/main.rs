@@ -395,3 +395,94 @@ async fn metrics_show_the_disk_logs_size_writes_and_fsyncs() {
     assert_eq!(sample(&after, "gapless_disk_log_logs"), 1.0);
     assert!(sample(&after, "gapless_disk_log_bytes") > 0.0, "{after}");
 }
+
+/// The store's journal file that holds `needle` last, and where.
+fn journal_holding(dir: &Path, needle: &[u8]) -> (std::path::PathBuf, usize) {
+    let journals = dir.join("store").join("journals");
+    let mut found = None;
+    for entry in std::fs::read_dir(&journals).expect("the journals directory") {
+        let path = entry.expect("an entry").path();
+        let bytes = std::fs::read(&path).expect("a journal");
+        if let Some(at) = bytes
+            .windows(needle.len())
+            .rposition(|window| window == needle)
+        {
+            found = Some((path, at));
+        }
+    }
+    found.unwrap_or_else(|| panic!("no journal holds {:?}", String::from_utf8_lossy(needle)))
+}
+
+/// Starts the server on `dir` and expects it to refuse: its exit status
+/// and what it printed.
+fn refused_start(dir: &Path) -> (std::process::ExitStatus, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_gapless-server"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--data-dir"])
+        .arg(dir)
+        .output()
+        .expect("run gapless-server");
+    (
+        output.status,
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Appends `count` messages `m0`.. to a new stream `s` on a server on
+/// `dir`, then kills it (SIGKILL).
+async fn appended_then_killed(dir: &Path, count: usize) {
+    let server = launch(dir).await;
+    let client = &server.client;
+    let created = client
+        .send(
+            client
+                .request(Method::PUT, "/v1/stream/s")
+                .header("content-type", "application/json"),
+        )
+        .await
+        .expect("create");
+    assert_eq!(created.status().as_u16(), 201);
+    for n in 0..count {
+        append(client, &format!("message-{n}"))
+            .await
+            .expect("an append");
+    }
+    drop(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_torn_last_write_is_cut_at_start_up_with_its_events_and_its_record() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    appended_then_killed(dir.path(), 5).await;
+    // A write torn by a crash: the journal ends inside the last batch.
+    let (journal, at) = journal_holding(dir.path(), b"message-4");
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&journal)
+        .expect("the journal");
+    file.set_len(at as u64 + 3).expect("cut the journal");
+    drop(file);
+    let server = launch(dir.path()).await;
+    let (messages, _) = read_stream(&server.client, "-1").await;
+    assert_eq!(
+        messages,
+        (0..4).map(|n| format!("message-{n}")).collect::<Vec<_>>()
+    );
+    // The stream's record was in the same batch: it is back at seq 4, and
+    // the next append takes seq 5.
+    assert_eq!(append(&server.client, "next").await, Some(5));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_last_write_stops_the_start_with_the_reason_and_serves_nothing() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    appended_then_killed(dir.path(), 5).await;
+    // A flipped byte inside the last batch: its checksum no longer holds.
+    let (journal, at) = journal_holding(dir.path(), b"message-4");
+    let mut bytes = std::fs::read(&journal).expect("the journal");
+    bytes[at + 3] ^= 0x20;
+    std::fs::write(&journal, bytes).expect("write the journal");
+    let (status, stderr) = refused_start(dir.path());
+    assert!(!status.success(), "a server started on a corrupt journal");
+    assert!(stderr.contains("--data-dir"), "{stderr}");
+    assert!(stderr.contains("ChecksumMismatch"), "{stderr}");
+}
