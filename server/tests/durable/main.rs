@@ -70,7 +70,7 @@ async fn launch(dir: &Path) -> Server {
 }
 
 /// What the writers had acknowledged.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Acked {
     /// The stream's messages by the seq of their `Stream-Next-Offset`.
     appends: BTreeMap<u64, String>,
@@ -221,13 +221,10 @@ async fn every_acknowledged_write_survives_sigkill_mid_load_and_writes_go_on_aft
             assert_eq!(created.status().as_u16(), 201);
             session = client.create_session().await.expect("a session").session;
         } else {
-            check(
-                client,
-                &session,
-                &acked.lock().expect("acked"),
-                held.as_ref(),
-            )
-            .await;
+            // The writers of the last round have ended: a copy of what they
+            // acknowledged.
+            let acked = acked.lock().expect("acked").clone();
+            check(client, &session, &acked, held.as_ref()).await;
         }
         let start = acked.lock().expect("acked").total();
         let mut writers = Vec::new();
@@ -260,13 +257,8 @@ async fn every_acknowledged_write_survives_sigkill_mid_load_and_writes_go_on_aft
         }
     }
     let server = launch(dir.path()).await;
-    check(
-        &server.client,
-        &session,
-        &acked.lock().expect("acked"),
-        held.as_ref(),
-    )
-    .await;
+    let acked_before = acked.lock().expect("acked").clone();
+    check(&server.client, &session, &acked_before, held.as_ref()).await;
     // Writes go on after every acknowledged one.
     let last_append = *acked
         .lock()
