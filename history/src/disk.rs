@@ -43,10 +43,11 @@ mod tests;
 
 pub use commit::{CommitStats, Fsync};
 
+use crate::announce::{Announcer, LocalFollower};
 use crate::expiring::{AdmissionSets, Tokens};
 use crate::{
-    counter, Admission, Change, Follower, Guard, History, HistoryConfig, HistoryError, Known,
-    LogId, Meta, MetaUpdate, Snapshot, Updated, PER_EPOCH,
+    counter, Admission, Guard, History, HistoryConfig, HistoryError, Known, LogId, Meta,
+    MetaUpdate, Snapshot, Updated, PER_EPOCH,
 };
 use bytes::Bytes;
 use commit::{GroupCommit, Op, Part};
@@ -58,7 +59,6 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// Events per read at most, as the Redis read script.
@@ -169,7 +169,7 @@ pub struct DiskHistory {
     tokens: Tokens,
     admissions: AdmissionSets,
     /// Each followed log's visible seq, as its durable appends announce it.
-    followed: Mutex<HashMap<LogId, watch::Sender<u64>>>,
+    followed: Announcer,
     /// When idle logs were last swept.
     swept: Mutex<Instant>,
     /// This process's run record (written clean when the history drops).
@@ -285,7 +285,7 @@ impl DiskHistory {
             logs: Mutex::new(logs),
             tokens: Tokens::default(),
             admissions: AdmissionSets::default(),
-            followed: Mutex::new(HashMap::new()),
+            followed: Announcer::default(),
             swept: Mutex::new(now),
             run,
             _lock: lock_file,
@@ -351,7 +351,7 @@ impl DiskHistory {
         self.remove_events(&mut ops, id, 0)?;
         ops.push(Op::Remove(Part::Logs, Slice::from(&id.to_bytes()[..])));
         drop(self.commit.submit(ops)?);
-        lock(&self.followed).remove(id);
+        self.followed.forget(id);
         Ok(())
     }
 
@@ -376,19 +376,7 @@ impl DiskHistory {
             // `log` removes it, checking again under the lock.
             let _ = self.log(&id);
         }
-        lock(&self.followed).retain(|_, sender| sender.receiver_count() > 0);
-    }
-
-    fn announce(&self, id: &LogId, visible: u64) {
-        if let Some(sender) = lock(&self.followed).get(id) {
-            sender.send_if_modified(|seen| {
-                let newer = visible > *seen;
-                if newer {
-                    *seen = visible;
-                }
-                newer
-            });
-        }
+        self.followed.prune();
     }
 
     fn renew(&self, state: &mut LogState) {
@@ -508,16 +496,7 @@ impl Drop for DiskHistory {
 }
 
 /// A follower of one log of a [`DiskHistory`].
-pub struct DiskFollower {
-    receiver: watch::Receiver<u64>,
-}
-
-impl Follower for DiskFollower {
-    async fn changed(&mut self) -> Option<Change> {
-        self.receiver.changed().await.ok()?;
-        Some(Change::Published(*self.receiver.borrow_and_update()))
-    }
-}
+pub type DiskFollower = LocalFollower;
 
 impl History for DiskHistory {
     type Follower = DiskFollower;
@@ -662,7 +641,7 @@ impl History for DiskHistory {
             }
             state.visible
         };
-        self.announce(id, visible);
+        self.followed.announce(id, visible);
         Ok(Some((epoch, first)))
     }
 
@@ -687,13 +666,7 @@ impl History for DiskHistory {
 
     fn follow(&self, id: &LogId) -> DiskFollower {
         let visible = self.log(id).map_or(0, |log| lock(&log).visible);
-        let mut followed = lock(&self.followed);
-        let sender = followed
-            .entry(*id)
-            .or_insert_with(|| watch::channel(visible).0);
-        DiskFollower {
-            receiver: sender.subscribe(),
-        }
+        self.followed.follow(id, visible)
     }
 
     async fn complete(&self, id: &LogId, grace: Duration) -> Result<bool, HistoryError> {
@@ -735,7 +708,7 @@ impl History for DiskHistory {
             logs.remove(id);
             pending
         };
-        lock(&self.followed).remove(id);
+        self.followed.forget(id);
         GroupCommit::durable(pending).await?;
         Ok(true)
     }

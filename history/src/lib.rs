@@ -58,6 +58,7 @@
 #![forbid(unsafe_code)]
 #![warn(rust_2018_idioms)]
 
+mod announce;
 pub mod config;
 mod connection;
 #[cfg(test)]
@@ -79,6 +80,7 @@ mod reply;
 #[cfg(any(test, feature = "test-support"))]
 pub mod test_support;
 
+pub use announce::LocalFollower;
 pub use config::HistoryConfig;
 pub use disk::{CommitStats, DiskError, DiskFollower, DiskHistory, Fsync};
 pub use group_commit::{push_batch_args, Spawner, Task};

@@ -14,9 +14,10 @@
 //! expires a member at once, as in Redis.
 
 use super::{
-    counter, Admission, Change, Follower, Guard, History, HistoryConfig, HistoryError, Known, Meta,
-    MetaUpdate, Snapshot, Updated,
+    counter, Admission, Guard, History, HistoryConfig, HistoryError, Known, Meta, MetaUpdate,
+    Snapshot, Updated,
 };
+use crate::announce::{Announcer, LocalFollower};
 use crate::expiring::{AdmissionSets, Tokens};
 use crate::LogId;
 use bytes::Bytes;
@@ -75,7 +76,7 @@ pub struct MemoryHistory {
     /// The last seq of the latest append, of any log.
     announced: watch::Sender<u64>,
     /// Each followed log's last seq, as its appends announce it.
-    followed: Mutex<HashMap<LogId, watch::Sender<u64>>>,
+    followed: Announcer,
     /// The fake's run (Redis's `run_id`): a restart changes it.
     run: AtomicU64,
     /// Whether a restart keeps every acknowledged event (AOF, fsync always).
@@ -110,7 +111,7 @@ impl MemoryHistory {
             reads: AtomicUsize::new(0),
             latency: Duration::ZERO,
             announced: watch::channel(0).0,
-            followed: Mutex::new(HashMap::new()),
+            followed: Announcer::default(),
             run: AtomicU64::new(1),
             lossless: false,
         }
@@ -224,16 +225,7 @@ impl MemoryHistory {
 }
 
 /// A follower of one log of a [`MemoryHistory`].
-pub struct MemoryFollower {
-    receiver: watch::Receiver<u64>,
-}
-
-impl Follower for MemoryFollower {
-    async fn changed(&mut self) -> Option<Change> {
-        self.receiver.changed().await.ok()?;
-        Some(Change::Published(*self.receiver.borrow_and_update()))
-    }
-}
+pub type MemoryFollower = LocalFollower;
 
 impl History for MemoryHistory {
     type Follower = MemoryFollower;
@@ -331,9 +323,7 @@ impl History for MemoryHistory {
             (stored.epoch, first, stored.published)
         };
         self.announced.send_replace(last);
-        if let Some(followers) = lock(&self.followed).get(id) {
-            followers.send_replace(last);
-        }
+        self.followed.announce(id, last);
         let mut faults = lock(&self.faults);
         if std::mem::take(&mut faults.land_then_fail) {
             return Err(HistoryError::Unavailable("applied, answered late".into()));
@@ -361,16 +351,10 @@ impl History for MemoryHistory {
     }
 
     fn follow(&self, id: &LogId) -> MemoryFollower {
-        let mut followed = lock(&self.followed);
         let published = lock(&self.logs)
             .get(id)
             .map_or(0, |stored| stored.published);
-        let sender = followed
-            .entry(*id)
-            .or_insert_with(|| watch::channel(published).0);
-        MemoryFollower {
-            receiver: sender.subscribe(),
-        }
+        self.followed.follow(id, published)
     }
 
     async fn complete(&self, id: &LogId, _grace: Duration) -> Result<bool, HistoryError> {

@@ -3,7 +3,7 @@
 
 use super::record::RunRecord;
 use super::{DiskError, DiskHistory, Fsync, RUN_KEY};
-use crate::{Guard, History, HistoryConfig, Known, LogId, Meta, MetaUpdate};
+use crate::{Change, Follower, Guard, History, HistoryConfig, Known, LogId, Meta, MetaUpdate};
 use bytes::Bytes;
 use std::path::Path;
 use std::time::Duration;
@@ -240,10 +240,14 @@ async fn after_a_power_cut_with_fsync_never_a_log_continues_under_a_new_epoch() 
         .expect("log");
     assert_eq!((snapshot.epoch, snapshot.published), (7, 3));
     // ...but the next append may not reuse seqs whose events were lost:
-    // it starts a new epoch, from seq 1, the epoch's meta cleared.
+    // it starts a new epoch, from seq 1, the epoch's meta cleared; a
+    // follower hears the new last seq, lower than the old one.
+    let mut follower = history.follow(&id);
     let (epoch, first) = append(&history, &id, known(7, 3), 4..=4).await;
     assert_ne!(epoch, 7);
     assert_eq!(first, 1);
+    let heard = tokio::time::timeout(Duration::from_secs(10), follower.changed()).await;
+    assert_eq!(heard.expect("an announcement"), Some(Change::Published(1)));
     let snapshot = history
         .after(&id, 0, 1 << 20)
         .await

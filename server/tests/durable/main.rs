@@ -11,12 +11,10 @@ use gapless_client::{Client, Method};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Every single network wait.
-const IO: Duration = Duration::from_secs(10);
 /// Kill rounds.
 const ROUNDS: usize = 3;
 /// Concurrent appenders to the stream (and emitters to the session).
@@ -25,48 +23,24 @@ const WRITERS: usize = 4;
 /// (writes go on while it dies).
 const ACKED_BEFORE_KILL: usize = 120;
 
-/// The server process, killed when dropped.
-struct Server {
-    child: Child,
-    client: Client,
-}
+#[path = "../common/process.rs"]
+mod process;
+use process::ChildGuard;
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The server process, killed (`SIGKILL`) when dropped, and a client of it.
+struct Server {
+    _child: ChildGuard,
+    client: Client,
 }
 
 /// Starts `gapless-server serve --data-dir DIR` on a free port.
 async fn launch(dir: &Path) -> Server {
-    use std::io::BufRead;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gapless-server"))
-        .args(["serve", "--addr", "127.0.0.1:0", "--data-dir"])
-        .arg(dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn gapless-server");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let line = tokio::time::timeout(
-        IO,
-        tokio::task::spawn_blocking(move || {
-            let mut line = String::new();
-            let _ = std::io::BufReader::new(stdout).read_line(&mut line);
-            line
-        }),
-    )
-    .await
-    .expect("no `listening on` line within the deadline")
-    .expect("reader thread");
-    let url = line
-        .trim_end()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("first stdout line is {line:?}"))
-        .to_owned();
-    let client = Client::new(url).expect("client").with_timeout(IO);
-    Server { child, client }
+    let dir = dir.to_str().expect("a UTF-8 temporary directory");
+    let (child, client) = process::launch(&["--data-dir", dir], &[]).await;
+    Server {
+        _child: child,
+        client,
+    }
 }
 
 /// What the writers had acknowledged.
@@ -82,6 +56,19 @@ impl Acked {
     fn total(&self) -> usize {
         self.appends.len() + self.emits.len()
     }
+}
+
+/// Creates the JSON stream `/v1/stream/s`.
+async fn create_stream(client: &Client) {
+    let created = client
+        .send(
+            client
+                .request(Method::PUT, "/v1/stream/s")
+                .header("content-type", "application/json"),
+        )
+        .await
+        .expect("create");
+    assert_eq!(created.status().as_u16(), 201);
 }
 
 /// The seq of a Durable Streams offset (`<generation>_<seq>`).
@@ -210,15 +197,7 @@ async fn every_acknowledged_write_survives_sigkill_mid_load_and_writes_go_on_aft
         let server = launch(dir.path()).await;
         let client = &server.client;
         if round == 0 {
-            let created = client
-                .send(
-                    client
-                        .request(Method::PUT, "/v1/stream/s")
-                        .header("content-type", "application/json"),
-                )
-                .await
-                .expect("create");
-            assert_eq!(created.status().as_u16(), 201);
+            create_stream(client).await;
             session = client.create_session().await.expect("a session").session;
         } else {
             // The writers of the last round have ended: a copy of what they
@@ -362,15 +341,7 @@ async fn metrics_show_the_disk_logs_size_writes_and_fsyncs() {
         String::from_utf8(client.read_body(response).await.expect("body").to_vec()).expect("text")
     };
     let before = scrape().await;
-    let created = client
-        .send(
-            client
-                .request(Method::PUT, "/v1/stream/s")
-                .header("content-type", "application/json"),
-        )
-        .await
-        .expect("create");
-    assert_eq!(created.status().as_u16(), 201);
+    create_stream(client).await;
     for n in 0..10 {
         append(client, &format!("m{n}")).await.expect("an append");
     }
@@ -424,15 +395,7 @@ fn refused_start(dir: &Path) -> (std::process::ExitStatus, String) {
 async fn appended_then_killed(dir: &Path, count: usize) {
     let server = launch(dir).await;
     let client = &server.client;
-    let created = client
-        .send(
-            client
-                .request(Method::PUT, "/v1/stream/s")
-                .header("content-type", "application/json"),
-        )
-        .await
-        .expect("create");
-    assert_eq!(created.status().as_u16(), 201);
+    create_stream(client).await;
     for n in 0..count {
         append(client, &format!("message-{n}"))
             .await
