@@ -296,6 +296,9 @@ pub enum Failure {
     /// `503`: the shared history (several instances over Redis) did not
     /// answer; nothing was acknowledged.
     HistoryUnavailable,
+    /// `507`: the disk of `--data-dir` has no room for the write (its
+    /// bound, or the free space it keeps); nothing was acknowledged.
+    InsufficientStorage,
     /// `503` with `Retry-After`: another instance owns the session (until
     /// its lease lapses).
     OwnerUnavailable,

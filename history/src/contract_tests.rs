@@ -6,8 +6,8 @@
 use crate::memory::MemoryHistory;
 use crate::test_support::{Persistence, RedisServer};
 use crate::{
-    counter, Change, DiskHistory, Follower, Fsync, Guard, History, HistoryConfig, HistoryError,
-    Known, LogId, Meta, MetaUpdate, RedisHistory,
+    counter, Change, DiskHistory, DiskLimits, Follower, Fsync, Guard, History, HistoryConfig,
+    HistoryError, Known, LogId, Meta, MetaUpdate, RedisHistory,
 };
 use bytes::Bytes;
 use std::time::Duration;
@@ -645,8 +645,8 @@ fn disk_history() -> (DiskHistory, tempfile::TempDir) {
         idle: Duration::from_secs(600),
         ca_file: None,
     };
-    let history =
-        DiskHistory::open(dir.path(), config, Fsync::Always).expect("the disk history opens");
+    let history = DiskHistory::open(dir.path(), config, Fsync::Always, DiskLimits::default())
+        .expect("the disk history opens");
     (history, dir)
 }
 

@@ -38,10 +38,12 @@
 
 mod commit;
 mod record;
+mod room;
 #[cfg(test)]
 mod tests;
 
 pub use commit::{CommitStats, Fsync};
+pub use room::{DiskLimits, DEFAULT_RESERVE};
 
 use crate::announce::{Announcer, LocalFollower};
 use crate::expiring::{AdmissionSets, Tokens};
@@ -53,6 +55,7 @@ use bytes::Bytes;
 use commit::{GroupCommit, Op, Part};
 use fjall::{Config, Keyspace, PartitionCreateOptions, PartitionHandle, PersistMode, Slice};
 use record::{LogRecord, RunRecord};
+use room::Room;
 use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
@@ -174,6 +177,8 @@ pub struct DiskHistory {
     swept: Mutex<Instant>,
     /// This process's run record (written clean when the history drops).
     run: RunRecord,
+    /// Whether a write fits on the disk.
+    room: Room,
     /// Held locked while the history is open.
     _lock: File,
 }
@@ -184,10 +189,19 @@ impl DiskHistory {
     /// what a previous run left: the store replays its journal (a torn or
     /// corrupt tail is cut there) and every log's record is read back.
     ///
+    /// Writes but deletes are refused ([`HistoryError::Full`]) while the
+    /// store is at `limits.max_bytes` or the filesystem has less than
+    /// `limits.reserve_bytes` free.
+    ///
     /// # Errors
     /// [`DiskError`]: the directory cannot be used, another process holds
     /// it, or the store cannot open.
-    pub fn open(dir: &Path, mut config: HistoryConfig, fsync: Fsync) -> Result<Self, DiskError> {
+    pub fn open(
+        dir: &Path,
+        mut config: HistoryConfig,
+        fsync: Fsync,
+        limits: DiskLimits,
+    ) -> Result<Self, DiskError> {
         std::fs::create_dir_all(dir).map_err(|error| DiskError::Directory(dir.into(), error))?;
         let lock_file = File::options()
             .create(true)
@@ -288,8 +302,15 @@ impl DiskHistory {
             followed: Announcer::default(),
             swept: Mutex::new(now),
             run,
+            room: Room::new(dir.into(), limits),
             _lock: lock_file,
         })
+    }
+
+    /// `Ok` when a write that adds to the disk may be queued.
+    fn room(&self) -> Result<(), HistoryError> {
+        self.commit.check()?;
+        self.room.check(self.keyspace.disk_space())
     }
 
     /// The logs held.
@@ -506,7 +527,7 @@ impl History for DiskHistory {
     }
 
     async fn create(&self, id: &LogId, epoch: u64, meta: &Meta) -> Result<bool, HistoryError> {
-        self.commit.check()?;
+        self.room()?;
         self.sweep();
         if self.log(id).is_some() {
             return Ok(false);
@@ -548,7 +569,7 @@ impl History for DiskHistory {
         guard: &Guard,
         deadline: Instant,
     ) -> Result<Option<(u64, u64)>, HistoryError> {
-        self.commit.check()?;
+        self.room()?;
         let log = self.log(id).ok_or(HistoryError::Gone)?;
         let (pending, epoch, first, last) = {
             let mut state = lock(&log);
@@ -670,7 +691,7 @@ impl History for DiskHistory {
     }
 
     async fn complete(&self, id: &LogId, grace: Duration) -> Result<bool, HistoryError> {
-        self.commit.check()?;
+        self.room()?;
         let Some(log) = self.log(id) else {
             return Ok(false);
         };
@@ -714,7 +735,7 @@ impl History for DiskHistory {
     }
 
     async fn update_meta(&self, id: &LogId, update: &MetaUpdate) -> Result<Updated, HistoryError> {
-        self.commit.check()?;
+        self.room()?;
         let log = self.log(id).ok_or(HistoryError::Gone)?;
         let (updated, pending) = {
             let mut state = lock(&log);

@@ -82,7 +82,9 @@ pub mod test_support;
 
 pub use announce::LocalFollower;
 pub use config::HistoryConfig;
-pub use disk::{CommitStats, DiskError, DiskFollower, DiskHistory, Fsync};
+pub use disk::{
+    CommitStats, DiskError, DiskFollower, DiskHistory, DiskLimits, Fsync, DEFAULT_RESERVE,
+};
 pub use group_commit::{push_batch_args, Spawner, Task};
 pub use ids::{LogId, LogKind};
 pub use notify::{Change, Followed};

@@ -8,7 +8,7 @@
 
 use crate::client_addr::TrustedProxy;
 pub use gapless_history::config::{redact_url, HistoryConfig};
-pub use gapless_history::Fsync;
+pub use gapless_history::{DiskLimits, Fsync};
 use std::fmt;
 use std::time::Duration;
 
@@ -143,6 +143,10 @@ pub struct DataDir {
     /// (default), or at the write (`--fsync never`: survives a killed
     /// process, not a power cut).
     pub fsync: Fsync,
+    /// The log's bound and the free space it leaves on the filesystem
+    /// (`--data-dir-max-bytes`, `--data-dir-reserve`): past either, writes
+    /// are refused `507`.
+    pub limits: DiskLimits,
 }
 
 impl Default for ServerConfig {

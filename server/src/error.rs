@@ -50,6 +50,9 @@ pub(crate) enum ApiError {
     /// (Redis) did not answer, or too many emits wait for it on this
     /// instance; nothing was acknowledged.
     HistoryUnavailable,
+    /// `507 insufficient_storage`: the disk history (`--data-dir`) has no
+    /// room for the write; nothing was acknowledged.
+    InsufficientStorage,
     /// `500 internal`: the server could not complete the request; the
     /// cause is logged here and never sent.
     Internal(String),
@@ -125,6 +128,10 @@ impl IntoResponse for ApiError {
                     .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
                 return response;
             }
+            Self::InsufficientStorage => (
+                StatusCode::INSUFFICIENT_STORAGE,
+                Failure::InsufficientStorage,
+            ),
             // Redis comes back, or the queue drains: worth a retry soon.
             Self::HistoryUnavailable => {
                 return with_retry_after(
@@ -181,6 +188,10 @@ impl From<crate::state::LoadError> for ApiError {
             // retryable 503.
             LoadError::History(crate::history::HistoryError::Damaged(what)) => {
                 Self::Internal(format!("history: the session's keys are damaged: {what}"))
+            }
+            LoadError::History(crate::history::HistoryError::Full(why)) => {
+                tracing::warn!(%why, "disk history full");
+                Self::InsufficientStorage
             }
             LoadError::History(error) => {
                 tracing::warn!(%error, "shared history");

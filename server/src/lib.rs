@@ -83,7 +83,9 @@ mod state;
 mod streams;
 
 pub use client_addr::TrustedProxy;
-pub use config::{DataDir, Fsync, InvalidConfig, MemoryBudget, ServerConfig, MIN_DURATION};
+pub use config::{
+    DataDir, DiskLimits, Fsync, InvalidConfig, MemoryBudget, ServerConfig, MIN_DURATION,
+};
 pub use exposure::{check_exposure, Exposure};
 pub use history::{HistoryConfig, HistoryError};
 pub use ids::{PublishKey, PublishKeyKind, SessionId, SessionKind};

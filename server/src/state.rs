@@ -595,15 +595,20 @@ impl AppState {
                     idle,
                     ca_file: None,
                 };
-                let DataDir { path, fsync } = data_dir.clone();
-                let opened =
-                    tokio::task::spawn_blocking(move || DiskHistory::open(&path, disk, fsync))
-                        .await
-                        .map_err(|join| {
-                            StartError::History(HistoryError::Unavailable(format!(
-                                "the disk history's open: {join}"
-                            )))
-                        })?;
+                let DataDir {
+                    path,
+                    fsync,
+                    limits,
+                } = data_dir.clone();
+                let opened = tokio::task::spawn_blocking(move || {
+                    DiskHistory::open(&path, disk, fsync, limits)
+                })
+                .await
+                .map_err(|join| {
+                    StartError::History(HistoryError::Unavailable(format!(
+                        "the disk history's open: {join}"
+                    )))
+                })?;
                 Some(HistoryTier::Disk(opened.map_err(StartError::DataDir)?))
             }
             (None, None) => None,

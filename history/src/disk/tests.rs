@@ -2,7 +2,7 @@
 //! same directory), and what it refuses.
 
 use super::record::RunRecord;
-use super::{DiskError, DiskHistory, Fsync, RUN_KEY};
+use super::{DiskError, DiskHistory, DiskLimits, Fsync, RUN_KEY};
 use crate::{Change, Follower, Guard, History, HistoryConfig, Known, LogId, Meta, MetaUpdate};
 use bytes::Bytes;
 use std::path::Path;
@@ -22,7 +22,8 @@ fn config(retention: usize, retention_bytes: usize) -> HistoryConfig {
 }
 
 fn open(dir: &Path, fsync: Fsync) -> DiskHistory {
-    DiskHistory::open(dir, config(8, 1 << 20), fsync).expect("the disk history opens")
+    DiskHistory::open(dir, config(8, 1 << 20), fsync, DiskLimits::default())
+        .expect("the disk history opens")
 }
 
 fn event(n: u64) -> Bytes {
@@ -149,7 +150,13 @@ async fn retention_trims_by_events_and_bytes_and_the_trim_survives_a_restart() {
     let id = LogId::random().expect("random");
     {
         // 8 events or 40 bytes ("event N" is 7 bytes): 5 events.
-        let history = DiskHistory::open(dir.path(), config(8, 40), Fsync::Always).expect("open");
+        let history = DiskHistory::open(
+            dir.path(),
+            config(8, 40),
+            Fsync::Always,
+            DiskLimits::default(),
+        )
+        .expect("open");
         assert!(history.create(&id, 1, &Meta::new()).await.expect("create"));
         append(&history, &id, known(1, 0), 1..=4).await;
         append(&history, &id, known(1, 4), 5..=9).await;
@@ -161,7 +168,13 @@ async fn retention_trims_by_events_and_bytes_and_the_trim_survives_a_restart() {
         assert_eq!((snapshot.first_retained, snapshot.published), (5, 9));
         assert_eq!(snapshot.events.first().map(|(seq, _)| *seq), Some(5));
     }
-    let history = DiskHistory::open(dir.path(), config(3, 1 << 20), Fsync::Always).expect("open");
+    let history = DiskHistory::open(
+        dir.path(),
+        config(3, 1 << 20),
+        Fsync::Always,
+        DiskLimits::default(),
+    )
+    .expect("open");
     let snapshot = history
         .after(&id, 0, 1 << 20)
         .await
@@ -190,7 +203,12 @@ async fn retention_trims_by_events_and_bytes_and_the_trim_survives_a_restart() {
 async fn a_second_process_on_the_directory_is_refused() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let first = open(dir.path(), Fsync::Always);
-    match DiskHistory::open(dir.path(), config(8, 1 << 20), Fsync::Always) {
+    match DiskHistory::open(
+        dir.path(),
+        config(8, 1 << 20),
+        Fsync::Always,
+        DiskLimits::default(),
+    ) {
         Err(DiskError::InUse(path)) => assert_eq!(path, dir.path()),
         Err(other) => panic!("refused for another reason: {other}"),
         Ok(_) => panic!("a second history opened the directory"),

@@ -441,3 +441,82 @@ async fn a_corrupt_last_write_stops_the_start_with_the_reason_and_serves_nothing
     assert!(stderr.contains("--data-dir"), "{stderr}");
     assert!(stderr.contains("ChecksumMismatch"), "{stderr}");
 }
+
+/// Bytes free for this process on the filesystem of `dir` (`df`).
+fn available(dir: &Path) -> u64 {
+    let output = Command::new("df")
+        .args(["-B1", "--output=avail"])
+        .arg(dir)
+        .output()
+        .expect("df");
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.lines()
+        .nth(1)
+        .and_then(|line| line.trim().parse().ok())
+        .unwrap_or_else(|| panic!("df printed {text:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_refuses_appends_and_emits_507_loses_nothing_and_takes_writes_once_space_returns(
+) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let data = dir.path().join("data");
+    // The reserve 64 MiB under what is free now: a 128 MiB file fills the
+    // disk as far as the server is concerned.
+    let reserve = available(dir.path()) - (64 << 20);
+    let (_child, client) = process::launch(
+        &[
+            "--data-dir",
+            data.to_str().expect("UTF-8"),
+            "--data-dir-reserve",
+            &reserve.to_string(),
+        ],
+        &[],
+    )
+    .await;
+    let client = &client;
+    create_stream(client).await;
+    let session = client.create_session().await.expect("a session").session;
+    for n in 0..3 {
+        append(client, &format!("m{n}"))
+            .await
+            .expect("an append with room");
+    }
+    let emitted = client
+        .emit(&session, &Value::String("e0".into()))
+        .await
+        .expect("an emit with room");
+
+    let filler = dir.path().join("filler");
+    std::fs::write(&filler, vec![1u8; 128 << 20]).expect("the filler file");
+    let refused = client
+        .send(
+            client
+                .request(Method::POST, "/v1/stream/s")
+                .header("content-type", "application/json")
+                .body(serde_json::to_vec("full").expect("JSON")),
+        )
+        .await
+        .expect("an answer");
+    assert_eq!(refused.status().as_u16(), 507, "an append to a full disk");
+    let body = client.read_body(refused).await.expect("body");
+    assert!(String::from_utf8_lossy(&body).contains("insufficient_storage"));
+    let refused = client.emit(&session, &Value::String("full".into())).await;
+    let error = refused.expect_err("an emit to a full disk");
+    assert!(
+        error.to_string().contains("insufficient_storage"),
+        "{error}"
+    );
+
+    // Space returns: writes are taken again, nothing acknowledged is lost,
+    // nothing refused was stored.
+    std::fs::remove_file(&filler).expect("remove the filler");
+    assert_eq!(append(client, "m3").await, Some(4));
+    let (messages, _) = read_stream(client, "-1").await;
+    assert_eq!(messages, ["m0", "m1", "m2", "m3"]);
+    let next = client
+        .emit(&session, &Value::String("e1".into()))
+        .await
+        .expect("an emit once space returned");
+    assert_eq!((next.epoch, next.seq), (emitted.epoch, emitted.seq + 1));
+}

@@ -4,8 +4,8 @@
 
 use clap::Args;
 use gapless_server::{
-    check_exposure, serve_state, AppState, DataDir, Fsync, HistoryConfig, InvalidConfig,
-    MemoryBudget, ServerConfig, StartError, TrustedProxy,
+    check_exposure, serve_state, AppState, DataDir, DiskLimits, Fsync, HistoryConfig,
+    InvalidConfig, MemoryBudget, ServerConfig, StartError, TrustedProxy,
 };
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -192,6 +192,15 @@ pub struct ServeArgs {
     /// crash).
     #[arg(long, env = "GAPLESS_FSYNC", default_value = "always", value_parser = fsync)]
     fsync: Fsync,
+    /// With --data-dir: the log's size on disk at most, in bytes; past it,
+    /// writes are refused 507 insufficient_storage (deletes are taken).
+    #[arg(long, env = "GAPLESS_DATA_DIR_MAX_BYTES")]
+    data_dir_max_bytes: Option<u64>,
+    /// With --data-dir: free bytes the filesystem keeps; while less is
+    /// free, writes are refused 507 insufficient_storage (the store needs
+    /// room to flush and compact), and taken again once space returns.
+    #[arg(long, env = "GAPLESS_DATA_DIR_RESERVE", default_value_t = gapless_history::DEFAULT_RESERVE)]
+    data_dir_reserve: u64,
 }
 
 /// `always` or `never` (`--fsync`).
@@ -272,6 +281,10 @@ impl ServeArgs {
             data_dir: self.data_dir.clone().map(|path| DataDir {
                 path,
                 fsync: self.fsync,
+                limits: DiskLimits {
+                    max_bytes: self.data_dir_max_bytes,
+                    reserve_bytes: self.data_dir_reserve,
+                },
             }),
             ..ServerConfig::default()
         };

@@ -21,7 +21,9 @@
 mod report;
 
 use gapless_client::{Client, ClientError, MigratingClient, Next, Refusal};
-use gapless_server::{spawn, DataDir, Fsync, HistoryConfig, RunningServer, ServerConfig};
+use gapless_server::{
+    spawn, DataDir, DiskLimits, Fsync, HistoryConfig, RunningServer, ServerConfig,
+};
 pub use report::ChurnReport;
 use report::{Latencies, Tally};
 use std::io::{IsTerminal, Write as _};
@@ -560,6 +562,7 @@ pub async fn run(
         data_dir: config.data_dir.as_ref().map(|path| DataDir {
             path: path.clone(),
             fsync: Fsync::Always,
+            limits: DiskLimits::default(),
         }),
         ..ServerConfig::default()
     };
