@@ -168,7 +168,7 @@ async fn every_metric_name_and_label_is_pinned() {
             (
                 "gapless_history_errors_total",
                 "kind",
-                &["unavailable", "gone", "corrupt", "damaged"],
+                &["unavailable", "full", "gone", "corrupt", "damaged"],
             ),
             ("gapless_migrations_refused_total", "reason", &reasons),
             ("gapless_resumes_refused_total", "reason", &reasons),
