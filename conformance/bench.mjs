@@ -213,16 +213,16 @@ function summarize(rows) {
   const get = (workload, server) => rows.filter((r) => r.workload === workload && r.server === server)
   const med = (workload, server) => median(get(workload, server).map((r) => r.value))
   const servers = SERVER_NAMES.filter((s) => rows.some((r) => r.server === s))
+  const subject = subjectOf(servers)
   const lines = []
   for (const w of WORKLOADS) {
     const m = Object.fromEntries(servers.map((s) => [s, med(w.id, s)]))
     if (Object.values(m).every((x) => Number.isNaN(x))) continue
     const ratio = {}
-    const subject = subjectOf(servers)
     for (const p of PEERS) ratio[p] = w.higher ? m[subject] / m[p] : m[p] / m[subject]
     lines.push({ w, m, ratio })
   }
-  return { get, med, servers, lines, subject: subjectOf(servers) }
+  return { get, med, servers, lines, subject }
 }
 
 /**

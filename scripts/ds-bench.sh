@@ -145,10 +145,6 @@ if wants gapless || wants gapless_disk; then
     bin="$logdir/bin/gapless-server"
 fi
 
-free_port() {
-    node -e 'const s = require("net").createServer().listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close() })'
-}
-
 gapless=("$bin" serve --addr 127.0.0.1:0 --long-poll-timeout 20
     --max-connections-per-client 10000 --max-sessions-per-client 100000
     --max-durable-streams-per-client 200000

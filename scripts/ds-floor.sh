@@ -48,10 +48,6 @@ rustc -O --edition 2021 "$root/conformance/bench/floor.rs" -o "$work/floor"
 printf '%0255d\n' 0 | tr 0 x >"$work/body"
 bench="$root/conformance/bench"
 
-free_port() {
-    node -e 'const s = require("net").createServer().listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close() })'
-}
-
 # start NAME: starts that server (a fresh process); sets $url.
 start() {
     local cmd

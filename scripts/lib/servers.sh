@@ -47,6 +47,9 @@
 #       stops every server in server_pids: SIGTERM to all, then SIGKILL to
 #       each one still running 5 s later (printing KILL_NOTE to stderr
 #       first, when given); waits for them and empties server_pids.
+#   free_port
+#       prints a loopback port free now (for a server that takes the port
+#       it is given; node picks it).
 #   stop_servers_on_exit [EXIT_COMMAND]
 #       installs the traps: EXIT runs EXIT_COMMAND (default stop_servers;
 #       the caller's own cleanup, which calls stop_servers, otherwise), and
@@ -129,6 +132,10 @@ stop_servers() {
         wait "$pid" 2>/dev/null || true
     done
     server_pids=()
+}
+
+free_port() {
+    node -e 'const s = require("net").createServer().listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close() })'
 }
 
 stop_servers_on_exit() {
