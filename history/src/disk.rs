@@ -3,13 +3,17 @@
 //! `DIR`, so that sessions and Durable Streams come back after a restart,
 //! a killed process included, with the same epochs, seqs and meta.
 //!
-//! In the store (three partitions):
+//! In the store (six partitions; the last three are the journal of the
+//! server's in-process Durable Streams, [`streams`]):
 //!
 //! | partition | key | value |
 //! | --- | --- | --- |
 //! | `events` | the log's 16 id bytes, then the seq (8 bytes, big-endian) | the payload |
 //! | `logs` | the log's 16 id bytes | its [`LogRecord`]: epoch, published, retained run, completion, the caller's meta |
 //! | `runs` | `run` | the [`RunRecord`] of the process that opened the directory last |
+//! | `streams` | a Durable Stream's 16 key bytes | its record, the server's ([`streams`]) |
+//! | `stream_events` | the stream's key, then the seq (8 bytes, big-endian) | the message |
+//! | `producers` | the stream's key, then the producer's id | the producer's state, the server's |
 //!
 //! Every write to a log (an append, a meta update, a create, a delete)
 //! is one atomic batch of the store: its events and its rewritten record
@@ -39,11 +43,13 @@
 mod commit;
 mod record;
 mod room;
+mod streams;
 #[cfg(test)]
 mod tests;
 
 pub use commit::{CommitStats, Fsync};
 pub use room::{DiskLimits, DEFAULT_RESERVE};
+pub use streams::{JournalWait, StoredStream, StreamKey, StreamOp};
 
 use crate::announce::{Announcer, LocalFollower};
 use crate::expiring::{AdmissionSets, Tokens};
@@ -52,7 +58,7 @@ use crate::{
     MetaUpdate, Snapshot, Updated, PER_EPOCH,
 };
 use bytes::Bytes;
-use commit::{GroupCommit, Op, Part};
+use commit::{GroupCommit, Op, Part, Partitions};
 use fjall::{Config, Keyspace, PartitionCreateOptions, PartitionHandle, PersistMode, Slice};
 use record::{LogRecord, RunRecord};
 use room::Room;
@@ -177,6 +183,11 @@ pub struct DiskHistory {
     swept: Mutex<Instant>,
     /// This process's run record (written clean when the history drops).
     run: RunRecord,
+    /// The last run may have lost acknowledged writes (`--fsync never`,
+    /// then a machine restart before it closed).
+    lossy: bool,
+    /// Every partition, for the Durable Streams' journal ([`streams`]).
+    partitions: Partitions,
     /// Whether a write fits on the disk.
     room: Room,
     /// Held locked while the history is open.
@@ -283,13 +294,15 @@ impl DiskHistory {
             }
         }
         tracing::info!(dir = %dir.display(), logs = logs.len(), run = run.run, "disk history open");
-        let commit = GroupCommit::start(
-            keyspace.clone(),
-            events.clone(),
-            logs_partition.clone(),
-            fsync,
-        )
-        .map_err(|error| DiskError::Store(format!("the committer thread: {error}")))?;
+        let partitions = Partitions {
+            events: events.clone(),
+            logs: logs_partition.clone(),
+            streams: partition("streams")?,
+            stream_events: partition("stream_events")?,
+            producers: partition("producers")?,
+        };
+        let commit = GroupCommit::start(keyspace.clone(), partitions.clone(), fsync)
+            .map_err(|error| DiskError::Store(format!("the committer thread: {error}")))?;
         Ok(Self {
             config,
             commit,
@@ -302,6 +315,8 @@ impl DiskHistory {
             followed: Announcer::default(),
             swept: Mutex::new(now),
             run,
+            lossy,
+            partitions,
             room: Room::new(dir.into(), limits),
             _lock: lock_file,
         })

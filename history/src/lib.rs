@@ -83,7 +83,8 @@ pub mod test_support;
 pub use announce::LocalFollower;
 pub use config::HistoryConfig;
 pub use disk::{
-    CommitStats, DiskError, DiskFollower, DiskHistory, DiskLimits, Fsync, DEFAULT_RESERVE,
+    CommitStats, DiskError, DiskFollower, DiskHistory, DiskLimits, Fsync, JournalWait,
+    StoredStream, StreamKey, StreamOp, DEFAULT_RESERVE,
 };
 pub use group_commit::{push_batch_args, Spawner, Task};
 pub use ids::{LogId, LogKind};

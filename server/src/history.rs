@@ -10,17 +10,20 @@ pub use gapless_history::{
     Known, LogId, Meta, MetaUpdate, RedisHistory, Snapshot, PER_EPOCH, READ_BYTES,
 };
 use gapless_history::{DiskFollower, Followed, Updated};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
 /// The history the server runs beside its rings: one type, so that the
 /// sessions' replicas and the Durable Streams over it are built once.
 /// Each call goes to the tier's own implementation.
+// The Redis variant is the large one, and there is one tier per server.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum HistoryTier {
     /// `--redis`, `--redis-cluster`: shared by every instance.
     Redis(RedisHistory),
     /// `--data-dir`: this machine's disk.
-    Disk(DiskHistory),
+    Disk(Arc<DiskHistory>),
 }
 
 /// A follower of a [`HistoryTier`]'s log.

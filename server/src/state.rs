@@ -13,6 +13,8 @@ use crate::lifecycle::{turned_true, Lifecycle};
 use crate::metrics::{DiskTotals, HistoryFailure, Limit, Metrics, RingTotals};
 use crate::replica::ReplicaError;
 use crate::session_history::{Attach, Loaded, Local, Raised, Replicated, SessionHistory};
+use crate::streams::journal::Journal;
+use crate::streams::restore::restore;
 use crate::streams::{SharedStreams, Streams};
 use gapless::session::{SessionOptions, Transport};
 use gapless::{Config, ConfigError, Store, Writer};
@@ -557,7 +559,7 @@ impl AppState {
         config: ServerConfig,
         shutdown: watch::Receiver<bool>,
     ) -> Result<Self, InvalidConfig> {
-        Self::with_history(config, Arc::new(Local), None, shutdown)
+        Self::with_history(config, Arc::new(Local), None, None, shutdown)
     }
 
     /// [`AppState::try_new`], over the history tier the configuration
@@ -609,16 +611,50 @@ impl AppState {
                         "the disk history's open: {join}"
                     )))
                 })?;
-                Some(HistoryTier::Disk(opened.map_err(StartError::DataDir)?))
+                Some(HistoryTier::Disk(Arc::new(
+                    opened.map_err(StartError::DataDir)?,
+                )))
             }
             (None, None) => None,
         };
         let Some(tier) = tier.map(Arc::new) else {
-            return Ok(Self::with_history(config, Arc::new(Local), None, shutdown)?);
+            return Ok(Self::with_history(
+                config,
+                Arc::new(Local),
+                None,
+                None,
+                shutdown,
+            )?);
         };
         let history: Arc<dyn SessionHistory> =
             Arc::new(Replicated::new(Arc::clone(&tier), config.max_queued_emits));
-        let state = Self::with_history(config, history, Some(&tier), shutdown)?;
+        if let HistoryTier::Disk(disk) = &*tier {
+            // Durable Streams stay in this process's registry, the ring in
+            // front, each change journaled to the disk before it is
+            // acknowledged; sessions are replicas of the disk history's logs.
+            let journal = Arc::new(Journal::new(Arc::clone(disk)));
+            let state = Self::with_history(
+                config,
+                history,
+                Some(&tier),
+                Some(Arc::clone(&journal)),
+                shutdown,
+            )?;
+            let started = Instant::now();
+            let report = restore(&state.0.streams, &journal)
+                .await
+                .map_err(|error| StartError::Restore(error.to_string()))?;
+            tracing::info!(
+                streams = report.streams,
+                messages = report.messages,
+                producers = report.producers,
+                unreadable = report.unreadable,
+                ms = started.elapsed().as_millis() as u64,
+                "durable streams restored from the data directory"
+            );
+            return Ok(state);
+        }
+        let state = Self::with_history(config, history, Some(&tier), None, shutdown)?;
         let max_payload = state
             .0
             .config
@@ -653,23 +689,25 @@ impl AppState {
         config: ServerConfig,
         history: Arc<dyn SessionHistory>,
         tier: Option<&Arc<HistoryTier>>,
+        journal: Option<Arc<Journal>>,
         shutdown: watch::Receiver<bool>,
     ) -> Result<Self, InvalidConfig> {
         let limits = Limits::new(&config)?;
         let sessions = Arc::new(Store::new(64));
-        let streams = Arc::new(
-            Streams::new(
-                config.ring(),
-                config.idle_timeout,
-                Arc::clone(&limits.ring_memory),
-                limits.ring_memory.limit() / 100
-                    * u64::from(config.stream_memory_per_client.min(100)),
-            )
-            .with_producer_limits(crate::streams::stream::ProducerLimits {
-                per_stream: config.max_producers_per_stream,
-                idle: config.producer_idle_timeout,
-            }),
-        );
+        let streams = Streams::new(
+            config.ring(),
+            config.idle_timeout,
+            Arc::clone(&limits.ring_memory),
+            limits.ring_memory.limit() / 100 * u64::from(config.stream_memory_per_client.min(100)),
+        )
+        .with_producer_limits(crate::streams::stream::ProducerLimits {
+            per_stream: config.max_producers_per_stream,
+            idle: config.producer_idle_timeout,
+        });
+        let streams = Arc::new(match journal {
+            Some(journal) => streams.with_journal(journal),
+            None => streams,
+        });
         let metrics = Metrics::new({
             let sessions = Arc::clone(&sessions);
             let streams = Arc::clone(&streams);
@@ -736,6 +774,8 @@ pub enum StartError {
     History(HistoryError),
     /// The disk history (`--data-dir`) cannot open.
     DataDir(gapless_history::DiskError),
+    /// The Durable Streams in the data directory cannot be restored.
+    Restore(String),
 }
 
 impl std::fmt::Display for StartError {
@@ -744,6 +784,7 @@ impl std::fmt::Display for StartError {
             Self::Config(error) => error.fmt(f),
             Self::History(error) => write!(f, "--redis/--redis-cluster: {error}"),
             Self::DataDir(error) => write!(f, "--data-dir: {error}"),
+            Self::Restore(why) => write!(f, "--data-dir: {why}"),
         }
     }
 }

@@ -51,6 +51,34 @@ pub(crate) enum Part {
     Events,
     /// The logs' records.
     Logs,
+    /// The Durable Streams' records (`streams`).
+    Streams,
+    /// Their messages.
+    StreamEvents,
+    /// Their idempotent producers.
+    Producers,
+}
+
+/// The store's partitions, as the committer writes them.
+#[derive(Clone)]
+pub(crate) struct Partitions {
+    pub(crate) events: PartitionHandle,
+    pub(crate) logs: PartitionHandle,
+    pub(crate) streams: PartitionHandle,
+    pub(crate) stream_events: PartitionHandle,
+    pub(crate) producers: PartitionHandle,
+}
+
+impl Partitions {
+    pub(crate) fn get(&self, part: Part) -> &PartitionHandle {
+        match part {
+            Part::Events => &self.events,
+            Part::Logs => &self.logs,
+            Part::Streams => &self.streams,
+            Part::StreamEvents => &self.stream_events,
+            Part::Producers => &self.producers,
+        }
+    }
 }
 
 /// One change of a write.
@@ -59,6 +87,9 @@ pub(crate) enum Op {
     Insert(Part, Slice, Slice),
     /// Removes `key`.
     Remove(Part, Slice),
+    /// Removes every key that starts with the prefix, as they are when
+    /// the committer writes the batch (a deleted stream's messages).
+    RemovePrefix(Part, Slice),
 }
 
 /// Counters of the group commit, for `/metrics`.
@@ -106,16 +137,14 @@ impl GroupCommit {
     /// Starts the committer thread over the store's partitions.
     pub(crate) fn start(
         keyspace: Keyspace,
-        events: PartitionHandle,
-        logs: PartitionHandle,
+        partitions: Partitions,
         fsync: Fsync,
     ) -> std::io::Result<Self> {
         let (queue, received) = mpsc::channel();
         let counters = Arc::new(Counters::default());
         let committer = Committer {
             keyspace,
-            events,
-            logs,
+            partitions,
             fsync,
             counters: Arc::clone(&counters),
         };
@@ -193,8 +222,7 @@ fn stopped() -> HistoryError {
 /// The committer thread's side.
 struct Committer {
     keyspace: Keyspace,
-    events: PartitionHandle,
-    logs: PartitionHandle,
+    partitions: Partitions,
     fsync: Fsync,
     counters: Arc<Counters>,
 }
@@ -230,11 +258,33 @@ impl Committer {
     /// Writes the group as one batch, then makes it durable.
     fn commit(&self, group: &mut [Queued]) -> Result<(), HistoryError> {
         let mut batch = self.keyspace.batch();
+        // Within a batch the later change of a key wins (as the store
+        // replays it); a prefix's removal also takes the keys this group
+        // inserted before it, which the store does not hold yet.
+        let mut inserted: Vec<(Part, Slice)> = Vec::new();
         for queued in group.iter_mut() {
             for op in queued.ops.drain(..) {
                 match op {
-                    Op::Insert(part, key, value) => batch.insert(self.partition(part), key, value),
-                    Op::Remove(part, key) => batch.remove(self.partition(part), key),
+                    Op::Insert(part, key, value) => {
+                        if part == Part::StreamEvents || part == Part::Producers {
+                            inserted.push((part, key.clone()));
+                        }
+                        batch.insert(self.partitions.get(part), key, value);
+                    }
+                    Op::Remove(part, key) => batch.remove(self.partitions.get(part), key),
+                    Op::RemovePrefix(part, prefix) => {
+                        let partition = self.partitions.get(part);
+                        for entry in partition.prefix(&prefix) {
+                            let (key, _) = entry.map_err(super::store_error)?;
+                            batch.remove(partition, key);
+                        }
+                        for (_, key) in inserted
+                            .iter()
+                            .filter(|(at, key)| *at == part && key.starts_with(&prefix))
+                        {
+                            batch.remove(partition, key.clone());
+                        }
+                    }
                 }
             }
         }
@@ -251,12 +301,5 @@ impl Committer {
             persisted.map_err(super::store_error)?;
         }
         Ok(())
-    }
-
-    fn partition(&self, part: Part) -> &PartitionHandle {
-        match part {
-            Part::Events => &self.events,
-            Part::Logs => &self.logs,
-        }
     }
 }

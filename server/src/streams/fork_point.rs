@@ -31,7 +31,7 @@ impl Stream {
         // A snapshot: a ring replaced by a larger one takes no more
         // appends, and this one's retained range only moves forward.
         let ring = self.ring();
-        let published = ring.published();
+        let published = self.visible(&ring);
         let seq = self
             .numbering
             .seq_of(offset, published)

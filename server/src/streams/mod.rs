@@ -18,6 +18,8 @@
 //! | `shared_create` | creating a stream there: pending log, a fork's claim and copy, completion or undo |
 //! | `shared_admission` | how many streams the shared history admits, in all and per client |
 //! | `shared_feed` | a live reader of a stream in the shared history |
+//! | `journal` | what `--data-dir` writes of each stream, and its record |
+//! | `restore` | the registry rebuilt from the journal at start-up |
 //! | `registry` | every stream: create, forks, delete, expiry, limits |
 //! | `feed` | what a read pages through and waits on: a local ring or the shared history |
 //! | `wire_page` | a catch-up page encoded for the wire, and the last one a stream built, kept |
@@ -29,11 +31,13 @@
 pub(crate) mod charge;
 pub(crate) mod feed;
 pub(crate) mod fork_point;
+pub(crate) mod journal;
 pub(crate) mod json_mode;
 pub(crate) mod numbering;
 pub(crate) mod offset;
 pub(crate) mod read_buffers;
 pub(crate) mod registry;
+pub(crate) mod restore;
 pub(crate) mod rules;
 pub(crate) mod settings;
 pub(crate) mod shared;

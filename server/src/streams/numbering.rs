@@ -49,6 +49,12 @@ impl Numbering {
         }
     }
 
+    /// The lineage, the stream's own generation and the seq before its
+    /// first message ever: what [`Numbering::new`] takes.
+    pub(crate) fn parts(&self) -> (&[(u64, u64)], u64, u64) {
+        (&self.lineage, self.own_generation, self.start_after)
+    }
+
     /// The seq before the stream's first message ever.
     pub(crate) fn start_after(&self) -> u64 {
         self.start_after

@@ -98,6 +98,12 @@ pub(crate) struct Generations {
 }
 
 impl Generations {
+    /// Every later generation is above `generation` (a restored stream's:
+    /// a clock set back does not hand it out again).
+    pub(crate) fn above(&self, generation: u64) {
+        self.last.fetch_max(generation, Ordering::AcqRel);
+    }
+
     /// A generation larger than every one this value handed out.
     pub(crate) fn next(&self) -> u64 {
         let now = SystemTime::now()

@@ -5,13 +5,16 @@
 
 use super::charge::ClientCharge;
 use super::fork_point::ForkPoint;
+use super::journal::{self, Journal};
 use super::numbering::{Numbering, ReadRefusal};
 use super::offset::Generations;
+use super::rules::AppendRefusal;
 use super::settings::Settings;
-use super::stream::{Ended, MakeError, NewStream, ProducerLimits, Stream};
+use super::stream::{Ended, MakeError, NewStream, ProducerLimits, Queued, Stream};
 use crate::admission::{Bounded, ClientShares};
 use crate::client_addr::ClientKey;
 use gapless::Config;
+use gapless_history::StreamOp;
 use hashbrown::hash_table::{Entry, HashTable};
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -105,6 +108,9 @@ pub(crate) struct Streams {
     client_shares: Arc<ClientShares>,
     /// How many producers each stream keeps, and for how long.
     producer_limits: ProducerLimits,
+    /// With `--data-dir`: where every stream's changes are written before
+    /// they are acknowledged (`journal`).
+    journal: Option<Arc<Journal>>,
 }
 
 impl Streams {
@@ -126,7 +132,36 @@ impl Streams {
             memory,
             client_shares,
             producer_limits: ProducerLimits::default(),
+            journal: None,
         }
+    }
+
+    /// The same registry, every stream's changes written to `journal`.
+    pub(crate) fn with_journal(mut self, journal: Arc<Journal>) -> Self {
+        self.journal = Some(journal);
+        self
+    }
+
+    /// The journal, with `--data-dir`.
+    pub(crate) fn journal(&self) -> Option<&Journal> {
+        self.journal.as_deref()
+    }
+
+    /// The registry's clock origin, generations, ring, producer limits
+    /// and budget, for the start-up that rebuilds it (`restore`).
+    pub(super) fn parts(&self) -> RegistryParts<'_> {
+        RegistryParts {
+            generations: &self.generations,
+            ring: self.ring,
+            origin: self.origin,
+            producer_limits: self.producer_limits,
+            memory: &self.memory,
+        }
+    }
+
+    /// Puts a restored stream in (start-up: no other call runs yet).
+    pub(super) fn insert_restored(&self, stream: Arc<Stream>) {
+        self.streams.insert(stream);
     }
 
     /// The same registry with `limits` on each stream's producers.
@@ -178,10 +213,25 @@ impl Streams {
     /// drawing a key, building the ring) is done before the structure
     /// lock, which is then held for the checks and the insertion alone: a
     /// create that lost a race to the same path gives back what it built.
+    #[cfg(test)]
     pub(crate) fn create(&self, request: CreateRequest) -> Result<Created, CreateRefusal> {
+        self.create_queued(request)
+            .map(|(created, _queued)| created)
+    }
+
+    /// [`Self::create`], and with a journal the write to await before the
+    /// create is acknowledged (a new stream's record and messages, or for
+    /// one found, everything queued before).
+    pub(crate) fn create_queued(
+        &self,
+        request: CreateRequest,
+    ) -> Result<(Created, Option<Queued>), CreateRefusal> {
+        if let Some(journal) = &self.journal {
+            journal.room().map_err(create_refusal)?;
+        }
         // An expired stream at the path goes first.
         if let Some(existing) = self.get(&request.path) {
-            return existing_answer(existing, &request);
+            return self.existing(existing, &request);
         }
         let source = match &request.settings.forked_from {
             Some(path) => {
@@ -196,7 +246,7 @@ impl Streams {
         let stream = self.build(&request, source)?;
         let _structure = self.lock();
         if let Some(existing) = self.streams.get(&request.path) {
-            return existing_answer(existing, &request);
+            return self.existing(existing, &request);
         }
         if let Some(source) = &stream.source {
             // The source must still be the live stream it was read as:
@@ -208,11 +258,42 @@ impl Streams {
             if source.soft_deleted.load(Ordering::Acquire) {
                 return Err(CreateRefusal::SourceSoftDeleted);
             }
+        }
+        // Queued before the stream is found by anyone: nothing of it is
+        // journaled before its record.
+        let queued = match (&self.journal, stream.journal_key) {
+            (Some(journal), Some(key)) => Some(
+                Queued::new(
+                    journal.submit(stream.creation(key)),
+                    stream.ring().published(),
+                )
+                .map_err(create_refusal)?,
+            ),
+            _ => None,
+        };
+        if let Some(source) = &stream.source {
             source.forks.fetch_add(1, Ordering::AcqRel);
         }
         let stream = Arc::new(stream);
         self.streams.insert(Arc::clone(&stream));
-        Ok(Created::New(stream))
+        Ok((Created::New(stream), queued))
+    }
+
+    /// The answer to a create that found `stream`: with a journal, after
+    /// everything queued of it (its own creation may still be on the way).
+    fn existing(
+        &self,
+        stream: Arc<Stream>,
+        request: &CreateRequest,
+    ) -> Result<(Created, Option<Queued>), CreateRefusal> {
+        let created = existing_answer(stream, request)?;
+        let queued = match (&self.journal, &created) {
+            (Some(journal), Created::Existing(stream)) => {
+                Some(stream.barrier(journal).map_err(create_refusal)?)
+            }
+            _ => None,
+        };
+        Ok((created, queued))
     }
 
     /// The stream `request` asks for, built and filled, not yet inserted.
@@ -265,6 +346,10 @@ impl Streams {
             false => None,
         };
         let generation = self.generations.next();
+        let journal_key = self
+            .journal
+            .as_ref()
+            .map(|_| journal::key_of(&request.path, generation));
         let (lineage, start_after, ring_start, inherited) = match fork {
             Some(point) => (
                 point.lineage,
@@ -293,6 +378,7 @@ impl Streams {
                     shares: Arc::clone(&self.client_shares),
                     client,
                 }),
+                journal_key,
             },
             &self.memory,
         )
@@ -318,7 +404,8 @@ impl Streams {
                 close: true,
                 ..Default::default()
             };
-            let _ = stream.append(&[], &close, &self.memory);
+            // Not yet journaled: its creation writes the closure.
+            let _ = stream.append(&[], &close, &self.memory, None);
         }
         Ok(stream)
     }
@@ -326,19 +413,42 @@ impl Streams {
     /// Deletes the stream at `path`: `Some(true)` deleted, `Some(false)`
     /// already soft-deleted (`410`), `None` no such stream (or another
     /// delete removed it first).
+    #[cfg(test)]
     pub(crate) fn delete(&self, path: &str) -> Option<bool> {
-        let stream = self.get(path)?;
+        self.delete_queued(path).0
+    }
+
+    /// [`Self::delete`], and with a journal the write to await before the
+    /// deletion is acknowledged.
+    pub(crate) fn delete_queued(&self, path: &str) -> (Option<bool>, Option<Queued>) {
+        let Some(stream) = self.get(path) else {
+            return (None, None);
+        };
         let _structure = self.lock();
         if stream.soft_deleted.load(Ordering::Acquire) {
-            return Some(false);
+            return (Some(false), None);
         }
         match stream.end_if(|stream| !stream.soft_deleted.load(Ordering::Acquire)) {
             Some(ended) => {
-                self.ended_locked(&stream, ended);
-                Some(true)
+                let ops = self.ended_locked(&stream, ended);
+                (Some(true), self.journal_ends(ops))
             }
-            None if stream.soft_deleted.load(Ordering::Acquire) => Some(false),
-            None => None,
+            None if stream.soft_deleted.load(Ordering::Acquire) => (Some(false), None),
+            None => (None, None),
+        }
+    }
+
+    /// Queues what ended streams write (their removal, a soft deletion's
+    /// record). A journal that failed keeps them until it is restarted:
+    /// the answer says so.
+    fn journal_ends(&self, ops: Vec<StreamOp>) -> Option<Queued> {
+        let journal = self.journal.as_ref()?;
+        if ops.is_empty() {
+            return None;
+        }
+        match Queued::new(journal.submit(ops), 0) {
+            Ok(queued) => Some(queued),
+            Err(refusal) => Some(Queued::failed(refusal)),
         }
     }
 
@@ -350,7 +460,10 @@ impl Streams {
             !stream.soft_deleted.load(Ordering::Acquire) && self.expired(stream, || now)
         });
         if let Some(ended) = ended {
-            self.ended_locked(stream, ended);
+            let ops = self.ended_locked(stream, ended);
+            // Nobody waits for an expiry: it is durable with the next
+            // group commit.
+            drop(self.journal_ends(ops));
         }
     }
 
@@ -358,12 +471,24 @@ impl Streams {
     /// ends a stream once): a removed stream leaves the registry and
     /// releases its source, and the source goes too when it was
     /// soft-deleted and this was its last fork, and so on up the chain.
-    fn ended_locked(&self, stream: &Arc<Stream>, ended: Ended) {
+    /// With a journal, what the ends write is returned.
+    fn ended_locked(&self, stream: &Arc<Stream>, ended: Ended) -> Vec<StreamOp> {
+        let mut ops = Vec::new();
+        let journaled = self.journal.is_some();
         if ended == Ended::SoftDeleted {
-            return;
+            if let (true, Some(key)) = (journaled, stream.journal_key) {
+                ops.push(StreamOp::Record {
+                    stream: key,
+                    record: stream.record_now().encode(),
+                });
+            }
+            return ops;
         }
         let mut next = Some(Arc::clone(stream));
         while let Some(stream) = next.take() {
+            if let (true, Some(key)) = (journaled, stream.journal_key) {
+                ops.push(StreamOp::Remove { stream: key });
+            }
             if self
                 .streams
                 .get(&stream.path)
@@ -382,6 +507,7 @@ impl Streams {
                 }
             }
         }
+        ops
     }
 
     /// Drops every expired or idle stream (soft-deleting those with forks).
@@ -399,6 +525,23 @@ impl Streams {
     pub(crate) fn len(&self) -> usize {
         self.streams.len()
     }
+}
+
+/// What a journal's refusal answers a create.
+fn create_refusal(refusal: AppendRefusal) -> CreateRefusal {
+    match refusal {
+        AppendRefusal::StorageFull => CreateRefusal::StorageFull,
+        _ => CreateRefusal::Unavailable,
+    }
+}
+
+/// What the start-up that rebuilds the registry uses of it.
+pub(super) struct RegistryParts<'a> {
+    pub(super) generations: &'a Generations,
+    pub(super) ring: Config,
+    pub(super) origin: Instant,
+    pub(super) producer_limits: ProducerLimits,
+    pub(super) memory: &'a Arc<Bounded>,
 }
 
 /// One shard of [`ByPath`]: the streams whose path hashes to it, each

@@ -64,7 +64,7 @@ impl Drop for StopOnDrop<'_> {
 
 fn append(stream: &Stream, body: &[u8], budget: &Arc<Bounded>) {
     stream
-        .append(body, &AppendRequest::default(), budget)
+        .append_now(body, &AppendRequest::default(), budget)
         .expect("append");
 }
 

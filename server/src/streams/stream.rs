@@ -9,6 +9,7 @@
 
 pub(crate) use super::charge::ClientCharge;
 use super::charge::{take_charge, Charge, ChargeRefusal};
+use super::journal::{self, Journal, ProducerState, StreamRecord};
 use super::json_mode;
 use super::numbering::{Numbering, ReadRefusal};
 use super::offset::{Offset, Start};
@@ -18,6 +19,7 @@ use super::rules::{
 use super::settings::{media_type, Settings};
 use crate::admission::Bounded;
 use gapless::{Config, EmitError, ReplayError, Ring, SingleWriter, Writer};
+use gapless_history::{JournalWait, StreamKey, StreamOp};
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -165,6 +167,9 @@ struct Tail {
     stream_seq: Option<String>,
     /// The producer append that closed the stream, for its retries.
     closed_by: Option<(String, u64, u64)>,
+    /// With a journal: the oldest seq it holds of the stream (what the
+    /// ring evicted below it is removed from the journal too).
+    journaled_from: u64,
 }
 
 /// One live stream.
@@ -216,6 +221,16 @@ pub(crate) struct Stream {
     /// holds (its ring, producers, overhead): `None` for a stream made
     /// without a client address (tests, embedders).
     pub(super) client: Option<ClientCharge>,
+    /// With a journal (`--data-dir`): the stream's key there. `None`: the
+    /// stream is in memory only.
+    pub(crate) journal_key: Option<StreamKey>,
+    /// The last seq whose journal write is durable: readers are served
+    /// messages up to it, never one a power cut could still take back
+    /// (`u64::MAX` without a journal: everything published is visible).
+    durable: AtomicU64,
+    /// The seq before the first message its first ring held: its tail
+    /// while it holds none (kept in its journal record).
+    ring_start: u64,
     /// The last catch-up page built, for the next reader from the same
     /// place (`wire_page`): charged while kept, dropped with the stream.
     /// Boxed: most streams never keep one, and each stream would carry
@@ -250,6 +265,80 @@ pub(crate) struct NewStream {
     /// The creating client's share of the budget, charged with the
     /// stream's memory.
     pub(crate) client: Option<ClientCharge>,
+    /// Its key in the journal (`--data-dir`); its messages are visible
+    /// once [`Stream::mark_durable`] says they are durable.
+    pub(crate) journal_key: Option<StreamKey>,
+}
+
+/// What a stream had before a restart, beside its settings and messages:
+/// given to [`Stream::restore`].
+pub(crate) struct Restored {
+    /// Its producers, by id, with their state on disk.
+    pub(crate) producers: Vec<(String, ProducerState)>,
+    pub(crate) stream_seq: Option<String>,
+    pub(crate) closed_by: Option<(String, u64, u64)>,
+    pub(crate) soft_deleted: bool,
+}
+
+/// A change of a stream queued to its journal: acknowledged once
+/// [`Queued::durable`] returns.
+#[must_use = "a journaled change is acknowledged only once durable"]
+pub(crate) struct Queued {
+    /// The journal's answer to come, or why it took nothing.
+    wait: Result<JournalWait, AppendRefusal>,
+    /// The stream's last seq when the change was queued: visible once
+    /// durable.
+    seq: u64,
+}
+
+impl Queued {
+    /// A change `submitted` when the stream's last seq was `seq`.
+    ///
+    /// # Errors
+    /// The journal took nothing.
+    pub(crate) fn new(
+        submitted: Result<JournalWait, AppendRefusal>,
+        seq: u64,
+    ) -> Result<Self, AppendRefusal> {
+        Ok(Self {
+            wait: Ok(submitted?),
+            seq,
+        })
+    }
+
+    /// A change the journal did not take (the memory has it): awaiting it
+    /// answers `refusal`.
+    pub(crate) fn failed(refusal: AppendRefusal) -> Self {
+        Self {
+            wait: Err(refusal),
+            seq: 0,
+        }
+    }
+
+    /// Waits for the change to be durable, then shows the stream's
+    /// messages up to it to readers.
+    ///
+    /// # Errors
+    /// The journal failed (`503`) or the disk is full (`507`).
+    pub(crate) async fn durable(self, stream: &Stream) -> Result<(), AppendRefusal> {
+        self.wait?
+            .durable()
+            .await
+            .map_err(|error| journal::refusal(&error))?;
+        stream.mark_durable(self.seq);
+        Ok(())
+    }
+
+    /// Waits for a change that shows no messages (a deletion).
+    ///
+    /// # Errors
+    /// As [`Self::durable`].
+    pub(crate) async fn settled(self) -> Result<(), AppendRefusal> {
+        self.wait?
+            .durable()
+            .await
+            .map_err(|error| journal::refusal(&error))
+    }
 }
 
 /// Why a stream could not be made.
@@ -303,6 +392,7 @@ impl Stream {
             producer_appends: 0,
             stream_seq: None,
             closed_by: None,
+            journaled_from: new.ring_start + 1,
         };
         for payload in &new.inherited {
             let Some(writer) = tail.writer.as_mut() else {
@@ -337,6 +427,12 @@ impl Stream {
             producer_limits: new.producer_limits,
             publish_key: new.publish_key,
             client: new.client,
+            durable: AtomicU64::new(match new.journal_key {
+                Some(_) => new.ring_start,
+                None => u64::MAX,
+            }),
+            journal_key: new.journal_key,
+            ring_start: new.ring_start,
             kept_page: Mutex::new(None),
             _overhead: overhead,
         })
@@ -363,7 +459,21 @@ impl Stream {
 
     /// The tail: the offset after the last message.
     pub(crate) fn tail_offset(&self) -> Offset {
-        self.offset_of(self.ring().published())
+        self.offset_of(self.visible(&self.ring()))
+    }
+
+    /// The last seq readers are served from `ring`: its published one,
+    /// or with a journal the last durable one if that is lower.
+    pub(crate) fn visible(&self, ring: &Ring<SingleWriter>) -> u64 {
+        ring.published().min(self.durable.load(Ordering::Acquire))
+    }
+
+    /// The journal holds the stream's messages up to `seq` durably: they
+    /// are shown to readers, and live ones woken.
+    pub(crate) fn mark_durable(&self, seq: u64) {
+        if self.durable.fetch_max(seq, Ordering::AcqRel) < seq {
+            self.wake();
+        }
     }
 
     /// The seq a read from `start` continues after.
@@ -373,7 +483,7 @@ impl Stream {
     pub(crate) fn cursor_of(&self, start: Start) -> Result<u64, ReadRefusal> {
         let ring = self.ring();
         self.numbering
-            .cursor_of(start, ring.first_retained(), ring.published())
+            .cursor_of(start, ring.first_retained(), self.visible(&ring))
     }
 
     /// The messages after `cursor`, at most `max_bytes` of payload (at
@@ -387,7 +497,7 @@ impl Stream {
         /// heap rather than pages mapped, faulted in and unmapped per read.
         const BATCH: u64 = 32;
         let ring = self.ring();
-        let published = ring.published();
+        let published = self.visible(&ring);
         let mut chunk = Chunk {
             cursor,
             ..Chunk::default()
@@ -473,13 +583,18 @@ impl Stream {
         Some(ended)
     }
 
-    /// Appends `body` (which may be empty only for a close).
+    /// Appends `body` (which may be empty only for a close). With a
+    /// `journal`, the change is queued to it (after a check for room on
+    /// the disk, before anything changes) and the answer is acknowledged
+    /// once [`Queued::durable`] returns; an answer that changes nothing
+    /// (a producer's retry) waits for everything queued before it.
     pub(crate) fn append(
         &self,
         body: &[u8],
         request: &AppendRequest<'_>,
         budget: &Arc<Bounded>,
-    ) -> Result<Appended, AppendRefusal> {
+        journal: Option<&Journal>,
+    ) -> Result<(Appended, Option<Queued>), AppendRefusal> {
         // Validated and flattened before the writer lock: parsing a large
         // JSON body holds no other writer of the stream up. Its refusal
         // is answered after the rules, as the rules come first.
@@ -501,6 +616,10 @@ impl Stream {
         if self.gone.load(Ordering::Acquire) || self.soft_deleted.load(Ordering::Acquire) {
             return Err(AppendRefusal::Gone);
         }
+        let journal = journal.zip(self.journal_key);
+        if let Some((journal, _)) = journal {
+            journal.room()?;
+        }
         let tail_now = self.offset_of(tail.ring().published());
         let known = request
             .producer
@@ -515,7 +634,14 @@ impl Stream {
             producer: known,
         };
         if let Decision::Answer(answer) = decide(&state, request, body.is_empty(), tail_now)? {
-            return Ok(answer);
+            let queued = match journal {
+                Some((journal, _)) => Some(Queued::new(
+                    journal.submit(Vec::new()),
+                    tail.ring().published(),
+                )?),
+                None => None,
+            };
+            return Ok((answer, queued));
         }
         let payload = parsed?;
         // A producer new to the stream is charged before anything is
@@ -529,12 +655,13 @@ impl Stream {
         if let Some(payload) = &payload {
             self.emit(&mut tail, payload, budget)?;
         }
+        let mut evicted = Vec::new();
         if let Some((id, epoch, seq)) = request.producer {
             let state = Producer {
                 epoch,
                 last_seq: seq,
             };
-            tail.record_producer(id, state, now, charge, self.producer_limits);
+            evicted = tail.record_producer(id, state, now, charge, self.producer_limits);
         }
         if let Some(seq) = request.stream_seq {
             tail.stream_seq = Some(seq.to_owned());
@@ -546,13 +673,181 @@ impl Stream {
                 .map(|(id, epoch, seq)| (id.to_owned(), epoch, seq));
         }
         self.last_access_ms.store(now, Ordering::Relaxed);
-        let tail_offset = self.offset_of(tail.ring().published());
+        let published = tail.ring().published();
+        let queued = match journal {
+            Some((journal, key)) => {
+                let mut ops = Vec::with_capacity(3);
+                if let Some(payload) = &payload {
+                    ops.push(StreamOp::Message {
+                        stream: key,
+                        seq: published,
+                        payload: bytes::Bytes::copy_from_slice(payload),
+                    });
+                    tail.trim_journal(key, &mut ops);
+                }
+                if let Some((id, epoch, seq)) = request.producer {
+                    let state = ProducerState {
+                        producer: Producer {
+                            epoch,
+                            last_seq: seq,
+                        },
+                        at_unix_ms: journal::unix_ms_now(),
+                    };
+                    ops.push(StreamOp::Producer {
+                        stream: key,
+                        id: bytes::Bytes::copy_from_slice(id.as_bytes()),
+                        state: state.encode(),
+                    });
+                }
+                ops.extend(evicted.into_iter().map(|id| StreamOp::ForgetProducer {
+                    stream: key,
+                    id: bytes::Bytes::from(id.into_bytes()),
+                }));
+                if request.stream_seq.is_some() || request.close {
+                    ops.push(StreamOp::Record {
+                        stream: key,
+                        record: self.record(&tail).encode(),
+                    });
+                }
+                Some(Queued::new(journal.submit(ops), published)?)
+            }
+            None => None,
+        };
+        let tail_offset = self.offset_of(published);
         drop(tail);
-        self.wake();
-        Ok(Appended::Done {
+        if queued.is_none() {
+            self.wake();
+        }
+        let appended = Appended::Done {
             tail: tail_offset,
             closed: self.is_closed(),
-        })
+        };
+        Ok((appended, queued))
+    }
+
+    /// The stream's journal record as it is now (`tail` held).
+    fn record(&self, tail: &Tail) -> StreamRecord {
+        let (lineage, own_generation, start_after) = self.numbering.parts();
+        StreamRecord {
+            version: journal::RECORD_VERSION,
+            path: self.path.clone(),
+            content_type: self.settings.content_type.clone(),
+            ttl_secs: self.settings.ttl_secs,
+            expires_at: self
+                .settings
+                .expires_at
+                .as_ref()
+                .map(|(text, _)| text.clone()),
+            forked_from: self.settings.forked_from.clone(),
+            fork_offset: self.settings.fork_offset.map(|offset| offset.to_string()),
+            fork_sub_offset: self.settings.fork_sub_offset,
+            lineage: lineage.to_vec(),
+            own_generation,
+            start_after,
+            ring_start: self.ring_start,
+            closed: self.is_closed(),
+            closed_by: tail.closed_by.clone(),
+            stream_seq: tail.stream_seq.clone(),
+            publish_key: self.publish_key.map(|key| key.to_string()),
+            soft_deleted: self.soft_deleted.load(Ordering::Acquire),
+        }
+    }
+
+    /// A barrier in the journal: durable once every change of the stream
+    /// queued before it is, which it then shows.
+    ///
+    /// # Errors
+    /// The journal failed.
+    pub(crate) fn barrier(&self, journal: &Journal) -> Result<Queued, AppendRefusal> {
+        let tail = self.tail();
+        Queued::new(journal.submit(Vec::new()), tail.ring().published())
+    }
+
+    /// The stream's journal record as it is now.
+    pub(crate) fn record_now(&self) -> StreamRecord {
+        let tail = self.tail();
+        self.record(&tail)
+    }
+
+    /// What a new stream writes to the journal: its record and every
+    /// message its ring holds.
+    pub(crate) fn creation(&self, key: StreamKey) -> Vec<StreamOp> {
+        let tail = self.tail();
+        let mut ops = vec![StreamOp::Record {
+            stream: key,
+            record: self.record(&tail).encode(),
+        }];
+        let ring = tail.ring();
+        let mut cursor = tail.journaled_from.saturating_sub(1);
+        while cursor < ring.published() {
+            let Ok(events) = ring.replay_range(cursor, ring.published().min(cursor + 256)) else {
+                break;
+            };
+            if events.is_empty() {
+                break;
+            }
+            for event in events {
+                cursor = event.seq;
+                ops.push(StreamOp::Message {
+                    stream: key,
+                    seq: event.seq,
+                    payload: event.payload,
+                });
+            }
+        }
+        ops
+    }
+
+    /// A stream as it was before a restart: `new` (its settings,
+    /// numbering and retained messages), then `restored`, every message
+    /// durable.
+    pub(crate) fn restore(
+        new: NewStream,
+        restored: Restored,
+        budget: &Arc<Bounded>,
+    ) -> Result<Self, MakeError> {
+        let stream = Self::new(new, budget)?;
+        {
+            let mut tail = stream.tail();
+            tail.stream_seq = restored.stream_seq;
+            tail.closed_by = restored.closed_by;
+            let mut producers = restored.producers;
+            // The idle longest first: each entry's rank of last append.
+            producers.sort_by_key(|(_, state)| state.at_unix_ms);
+            for (id, state) in producers {
+                if journal::since_unix_ms(state.at_unix_ms) >= stream.producer_limits.idle {
+                    continue;
+                }
+                let charge = stream
+                    .charge(budget, id.len() as u64 + PRODUCER_ENTRY_BYTES)
+                    .map_err(|_| MakeError::MemoryBudget)?;
+                let _ = tail.record_producer(
+                    &id,
+                    state.producer,
+                    0,
+                    Some(charge),
+                    stream.producer_limits,
+                );
+            }
+            let published = tail.ring().published();
+            stream.durable.store(published, Ordering::Release);
+        }
+        stream
+            .soft_deleted
+            .store(restored.soft_deleted, Ordering::Release);
+        Ok(stream)
+    }
+
+    /// [`Self::append`] without a journal (tests).
+    #[cfg(test)]
+    pub(crate) fn append_now(
+        &self,
+        body: &[u8],
+        request: &AppendRequest<'_>,
+        budget: &Arc<Bounded>,
+    ) -> Result<Appended, AppendRefusal> {
+        self.append(body, request, budget, None)
+            .map(|(appended, _queued)| appended)
     }
 
     /// The producers the stream keeps (tests).
@@ -729,22 +1024,29 @@ impl Tail {
         now_ms: u64,
         charge: Option<Charge>,
         limits: ProducerLimits,
-    ) {
+    ) -> Vec<String> {
         self.producer_appends += 1;
         let last_append = self.producer_appends;
         if let Some(entry) = self.producers.get_mut(id) {
             entry.state = state;
             entry.last_append_ms = now_ms;
             entry.last_append = last_append;
-            return;
+            return Vec::new();
         }
         let Some(memory) = charge else {
-            return;
+            return Vec::new();
         };
+        // The producers this one displaces (the journal forgets them too).
+        let mut gone = Vec::new();
         if self.producers.len() >= limits.per_stream {
             let idle_ms = u64::try_from(limits.idle.as_millis()).unwrap_or(u64::MAX);
-            self.producers
-                .retain(|_, entry| now_ms.saturating_sub(entry.last_append_ms) < idle_ms);
+            self.producers.retain(|id, entry| {
+                let keep = now_ms.saturating_sub(entry.last_append_ms) < idle_ms;
+                if !keep {
+                    gone.push(id.clone());
+                }
+                keep
+            });
         }
         while self.producers.len() >= limits.per_stream.max(1) {
             let oldest = self
@@ -753,7 +1055,10 @@ impl Tail {
                 .min_by_key(|(_, entry)| entry.last_append)
                 .map(|(id, _)| id.clone());
             match oldest {
-                Some(oldest) => self.producers.remove(&oldest),
+                Some(oldest) => {
+                    self.producers.remove(&oldest);
+                    gone.push(oldest);
+                }
                 None => break,
             };
         }
@@ -766,6 +1071,21 @@ impl Tail {
                 _memory: memory,
             },
         );
+        gone
+    }
+
+    /// Removes from the journal the messages the ring evicted since the
+    /// last trim: the journal holds what the ring holds.
+    fn trim_journal(&mut self, key: StreamKey, ops: &mut Vec<StreamOp>) {
+        let first = self.ring().first_retained_from(self.journaled_from);
+        if first > self.journaled_from {
+            ops.push(StreamOp::Trim {
+                stream: key,
+                first: self.journaled_from,
+                last: first - 1,
+            });
+            self.journaled_from = first;
+        }
     }
 
     /// The ring the writer emits to ([`empty_ring`] before the first).

@@ -38,6 +38,7 @@ fn with_producers(
             producer_limits,
             publish_key: None,
             client: None,
+            journal_key: None,
         },
         budget,
     )
@@ -60,7 +61,7 @@ fn a_ring_at_its_configured_events_is_not_rebuilt_per_append() {
     assert_eq!(budget.held(), overhead, "an empty stream costs no ring");
     assert_eq!(stream.ring().published(), 0);
     stream
-        .append(b"first", &AppendRequest::default(), &budget)
+        .append_now(b"first", &AppendRequest::default(), &budget)
         .expect("append");
     let first = stream.ring().geometry().footprint() as u64;
     assert_eq!(budget.held(), first + overhead, "it costs its first ring");
@@ -68,7 +69,7 @@ fn a_ring_at_its_configured_events_is_not_rebuilt_per_append() {
     let mut ring = stream.ring();
     for n in 1..1000u32 {
         stream
-            .append(
+            .append_now(
                 format!("{n:08}").as_bytes(),
                 &AppendRequest::default(),
                 &budget,
@@ -107,7 +108,7 @@ fn a_young_stream_grows_only_when_the_next_message_would_evict() {
     let budget = Bounded::new(u64::MAX);
     let stream = stream(Config::default().events(1 << 16).bytes(64 << 20), &budget);
     stream
-        .append(b"first", &AppendRequest::default(), &budget)
+        .append_now(b"first", &AppendRequest::default(), &budget)
         .expect("append");
     let mut words = 1;
     for round in 0..6 {
@@ -116,7 +117,7 @@ fn a_young_stream_grows_only_when_the_next_message_would_evict() {
             let room = geometry.arena_words() - words - 1;
             let take = room.min(geometry.max_payload() / 8 / 2).max(1);
             stream
-                .append(&vec![b'y'; take * 8], &AppendRequest::default(), &budget)
+                .append_now(&vec![b'y'; take * 8], &AppendRequest::default(), &budget)
                 .expect("append");
             words += take;
             assert_eq!(
@@ -126,7 +127,7 @@ fn a_young_stream_grows_only_when_the_next_message_would_evict() {
             );
         }
         stream
-            .append(&[b'z'; 16], &AppendRequest::default(), &budget)
+            .append_now(&[b'z'; 16], &AppendRequest::default(), &budget)
             .expect("append");
         words += 2;
         assert_ne!(
@@ -147,7 +148,7 @@ fn grows_only_when_full(largest: usize) {
         let payload = vec![b'x'; 1 + (n * 7919) % largest];
         let before = stream.ring();
         stream
-            .append(&payload, &AppendRequest::default(), &budget)
+            .append_now(&payload, &AppendRequest::default(), &budget)
             .expect("append");
         let after = stream.ring();
         assert_eq!(after.first_retained(), 1, "message {n} evicted one");
@@ -196,7 +197,7 @@ fn producers_are_capped_evicting_the_idlest_and_charged_to_the_budget() {
     for n in 0..100 {
         let id = format!("invocation-{n:03}");
         stream
-            .append(b"x", &produce(&id, 0, 0), &budget)
+            .append_now(b"x", &produce(&id, 0, 0), &budget)
             .expect("append");
     }
     assert_eq!(stream.producers_kept(), 4);
@@ -211,13 +212,13 @@ fn producers_are_capped_evicting_the_idlest_and_charged_to_the_budget() {
     // The newest is known: its retry is a duplicate, nothing stored.
     let published = stream.ring().published();
     assert!(matches!(
-        stream.append(b"x", &produce("invocation-099", 0, 0), &budget),
+        stream.append_now(b"x", &produce("invocation-099", 0, 0), &budget),
         Ok(Appended::Duplicate { last_seq: 0, .. })
     ));
     assert_eq!(stream.ring().published(), published);
     // The oldest was evicted: its next seq is refused, never stored.
     assert_eq!(
-        stream.append(b"x", &produce("invocation-000", 0, 1), &budget),
+        stream.append_now(b"x", &produce("invocation-000", 0, 1), &budget),
         Err(AppendRefusal::SequenceGap {
             expected: 0,
             received: 1
@@ -245,17 +246,17 @@ fn an_idle_producer_is_forgotten() {
         limits,
     );
     stream
-        .append(b"a", &produce("p", 0, 0), &budget)
+        .append_now(b"a", &produce("p", 0, 0), &budget)
         .expect("append");
     assert_eq!(
-        stream.append(b"b", &produce("p", 0, 1), &budget),
+        stream.append_now(b"b", &produce("p", 0, 1), &budget),
         Err(AppendRefusal::SequenceGap {
             expected: 0,
             received: 1
         })
     );
     stream
-        .append(b"b", &produce("p", 0, 0), &budget)
+        .append_now(b"b", &produce("p", 0, 0), &budget)
         .expect("seq 0 starts it again");
     assert_eq!(stream.ring().published(), 2);
 }
@@ -272,17 +273,17 @@ fn a_new_producer_past_the_budget_stores_nothing() {
     let roomy = Bounded::new(u64::MAX);
     let stream = stream(full, &roomy);
     stream
-        .append(b"x", &AppendRequest::default(), &roomy)
+        .append_now(b"x", &AppendRequest::default(), &roomy)
         .expect("its first ring");
     // One byte to spare: no room for an entry.
     let budget = Bounded::new(1);
     assert_eq!(
-        stream.append(b"y", &produce("p", 0, 0), &budget),
+        stream.append_now(b"y", &produce("p", 0, 0), &budget),
         Err(AppendRefusal::MemoryBudget)
     );
     assert_eq!(stream.ring().published(), 1);
     stream
-        .append(b"y", &AppendRequest::default(), &budget)
+        .append_now(b"y", &AppendRequest::default(), &budget)
         .expect("an append without a producer still fits");
 }
 
@@ -310,7 +311,7 @@ fn a_page_keeps_payload_order_across_copied_and_shared_chunks() {
         .collect();
     for payload in &payloads {
         stream
-            .append(payload, &AppendRequest::default(), &budget)
+            .append_now(payload, &AppendRequest::default(), &budget)
             .expect("append");
     }
     let before = budget.held();

@@ -192,7 +192,7 @@ impl Stream {
         budget: &Arc<Bounded>,
     ) -> Result<WirePage, ReadRefusal> {
         let ring = self.ring();
-        let published = ring.published();
+        let published = self.visible(&ring);
         if let Some(kept) = self.kept_page().as_ref() {
             if kept.after == cursor
                 && kept.json == self.json

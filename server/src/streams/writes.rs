@@ -89,10 +89,20 @@ pub(crate) trait StreamWrites: Send + Sync {
 
 impl StreamWrites for Streams {
     async fn create(&self, request: CreateRequest) -> Result<CreatedStream, CreateRefusal> {
-        let (stream, new) = match Streams::create(self, request)? {
+        let (created, queued) = Streams::create_queued(self, request)?;
+        let (stream, new) = match created {
             Created::New(stream) => (stream, true),
             Created::Existing(stream) => (stream, false),
         };
+        if let Some(queued) = queued {
+            queued
+                .durable(&stream)
+                .await
+                .map_err(|refusal| match refusal {
+                    AppendRefusal::StorageFull => CreateRefusal::StorageFull,
+                    _ => CreateRefusal::Unavailable,
+                })?;
+        }
         Ok(CreatedStream {
             new,
             content_type: stream.settings.content_type.clone(),
@@ -111,9 +121,12 @@ impl StreamWrites for Streams {
     ) -> Result<Appended, AppendRefusal> {
         let stream = self.get(path).ok_or(AppendRefusal::Gone)?;
         check(&Found::of_stream(&stream))?;
-        let appended = stream.append(body, request, self.budget());
+        let (appended, queued) = stream.append(body, request, self.budget(), self.journal())?;
+        if let Some(queued) = queued {
+            queued.durable(&stream).await?;
+        }
         self.touch(&stream);
-        appended
+        Ok(appended)
     }
 
     async fn delete(&self, path: &str, check: impl Check) -> Result<Option<bool>, AppendRefusal> {
@@ -124,7 +137,11 @@ impl StreamWrites for Streams {
             return Ok(Some(false));
         }
         check(&Found::of_stream(&stream))?;
-        Ok(Streams::delete(self, path))
+        let (deleted, queued) = Streams::delete_queued(self, path);
+        if let Some(queued) = queued {
+            queued.settled().await?;
+        }
+        Ok(deleted)
     }
 }
 
