@@ -325,7 +325,7 @@ impl DiskHistory {
     /// `Ok` when a write that adds to the disk may be queued.
     fn room(&self) -> Result<(), HistoryError> {
         self.commit.check()?;
-        self.room.check(self.keyspace.disk_space())
+        self.room.check(self.commit.store_bytes())
     }
 
     /// The logs held.
@@ -333,9 +333,10 @@ impl DiskHistory {
         lock(&self.logs).len()
     }
 
-    /// The store's size on disk, in bytes (journals and tables).
+    /// The store's size on disk, in bytes (journals and tables), after
+    /// the last group commit.
     pub fn disk_bytes(&self) -> u64 {
-        self.keyspace.disk_space()
+        self.commit.store_bytes()
     }
 
     /// The group commit's counters.

@@ -118,6 +118,11 @@ struct Counters {
     batches: AtomicU64,
     fsyncs: AtomicU64,
     fsync_micros: AtomicU64,
+    /// The store's size on disk after the last batch. Measured by the
+    /// committer: the store's own measure takes its journal lock, which
+    /// the committer holds across every `fdatasync`, and a writer asking
+    /// for room would wait out the sync on a runtime thread.
+    store_bytes: AtomicU64,
     /// Why the history failed, after a failed batch or `fdatasync`.
     failed: OnceLock<HistoryError>,
 }
@@ -142,6 +147,9 @@ impl GroupCommit {
     ) -> std::io::Result<Self> {
         let (queue, received) = mpsc::channel();
         let counters = Arc::new(Counters::default());
+        counters
+            .store_bytes
+            .store(keyspace.disk_space(), Ordering::Relaxed);
         let committer = Committer {
             keyspace,
             partitions,
@@ -182,6 +190,11 @@ impl GroupCommit {
     /// Waits for a queued write's answer.
     pub(crate) async fn durable(pending: Pending) -> Result<(), HistoryError> {
         pending.await.unwrap_or_else(|_| Err(stopped()))
+    }
+
+    /// The store's size on disk after the last batch.
+    pub(crate) fn store_bytes(&self) -> u64 {
+        self.counters.store_bytes.load(Ordering::Relaxed)
     }
 
     pub(crate) fn stats(&self) -> CommitStats {
@@ -252,6 +265,10 @@ impl Committer {
             for queued in group {
                 let _ = queued.done.send(result.clone());
             }
+            // Measured after the answers: nobody waits for it.
+            self.counters
+                .store_bytes
+                .store(self.keyspace.disk_space(), Ordering::Relaxed);
         }
     }
 
