@@ -380,15 +380,38 @@ fn journal_holding(dir: &Path, needle: &[u8]) -> (std::path::PathBuf, usize) {
 /// Starts the server on `dir` and expects it to refuse: its exit status
 /// and what it printed.
 fn refused_start(dir: &Path) -> (std::process::ExitStatus, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_gapless-server"))
+    refused_start_with(dir, &[])
+}
+
+/// [`refused_start`] with `args` added. A server that starts instead
+/// (its `listening on` line) is killed, and the test fails there rather
+/// than wait on it.
+fn refused_start_with(dir: &Path, args: &[&str]) -> (std::process::ExitStatus, String) {
+    use std::io::{BufRead, Read};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gapless-server"))
         .args(["serve", "--addr", "127.0.0.1:0", "--data-dir"])
         .arg(dir)
-        .output()
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .expect("run gapless-server");
-    (
-        output.status,
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut first = String::new();
+    let _ = std::io::BufReader::new(stdout).read_line(&mut first);
+    if first.starts_with("listening on") {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("the server started: {first}");
+    }
+    let mut stderr = String::new();
+    let _ = child
+        .stderr
+        .take()
+        .expect("piped stderr")
+        .read_to_string(&mut stderr);
+    let status = child.wait().expect("the server's exit");
+    (status, stderr)
 }
 
 /// Appends `count` messages `m0`.. to a new stream `s` on a server on
@@ -719,4 +742,33 @@ async fn every_streams_state_comes_back_after_sigkill_producers_closure_forks_an
     );
     let (status, _, body) = call(c, Method::GET, "/v1/stream/e?offset=-1", &[], "").await;
     assert_eq!((status, body.as_str()), (200, "e0e1e1b"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_that_need_more_than_the_memory_budget_refuse_the_start_and_stay_on_disk() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let text = [("content-type", "text/plain")];
+    let message = "x".repeat(256 << 10);
+    {
+        let server = launch(dir.path()).await;
+        let c = &server.client;
+        for stream in 0..8 {
+            let path = format!("/v1/stream/big{stream}");
+            assert_eq!(call(c, Method::PUT, &path, &text, "").await.0, 201);
+            for _ in 0..12 {
+                assert_eq!(call(c, Method::POST, &path, &text, &message).await.0, 204);
+            }
+        }
+    }
+    // 24 MiB retained: a budget of 16 MiB cannot hold the rings.
+    let (status, stderr) = refused_start_with(dir.path(), &["--memory-budget", "16MiB"]);
+    assert!(!status.success(), "a server started past its memory budget");
+    assert!(stderr.contains("--memory-budget"), "{stderr}");
+    // Nothing was dropped: with the budget back, every message is there.
+    let server = launch(dir.path()).await;
+    for stream in 0..8 {
+        let path = format!("/v1/stream/big{stream}?offset=-1");
+        let (status, _, body) = call(&server.client, Method::GET, &path, &[], "").await;
+        assert_eq!((status, body.len()), (200, 12 * message.len()), "{path}");
+    }
 }
