@@ -12,7 +12,7 @@
 //! | `rules` | what decides an append: closure, `Stream-Seq`, idempotent producers |
 //! | `charge` | a stream's charge: the memory budget and its client's share, together |
 //! | `settings` | what a stream was created with, and the rules that compare and inherit them |
-//! | `stream` | one stream: ring, producers, closure, readers' wake-ups |
+//! | `stream` | one stream: ring, producers, closure, readers' wake-ups (its producers' bookkeeping in `stream_producers.rs`, its side of the journal in `stream_journal.rs`) |
 //! | `fork_point` | what a fork takes from its source: retained messages up to the offset, a sub-offset prefix |
 //! | `shared` | streams in the shared history (`--redis`): any instance serves any stream |
 //! | `shared_create` | creating a stream there: pending log, a fork's claim and copy, completion or undo |

@@ -9,7 +9,7 @@
 
 pub(crate) use super::charge::ClientCharge;
 use super::charge::{take_charge, Charge, ChargeRefusal};
-use super::journal::{self, Journal, ProducerState, StreamRecord};
+use super::journal::Journal;
 use super::json_mode;
 use super::numbering::{Numbering, ReadRefusal};
 use super::offset::{Offset, Start};
@@ -19,12 +19,20 @@ use super::rules::{
 use super::settings::{media_type, Settings};
 use crate::admission::Bounded;
 use gapless::{Config, EmitError, ReplayError, Ring, SingleWriter, Writer};
-use gapless_history::{JournalWait, StreamKey, StreamOp};
+use gapless_history::StreamKey;
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
+
+#[path = "stream_journal.rs"]
+mod journaled;
+#[path = "stream_producers.rs"]
+mod producers;
+pub(crate) use journaled::{Queued, Restored};
+pub(crate) use producers::ProducerLimits;
+use producers::{ProducerEntry, PRODUCER_ENTRY_BYTES};
 
 /// The first ring's events: a stream costs what it holds, not its
 /// configured retention.
@@ -32,51 +40,9 @@ const FIRST_EVENTS: usize = 4;
 /// The first ring's payload bytes.
 const FIRST_BYTES: usize = 256;
 
-/// What a stream keeps of its idempotent producers, as Kafka bounds its
-/// producer state: an entry expires after `idle` without an append, and a
-/// stream keeps at most `per_stream` (a new producer past them evicts the
-/// one idle longest). An expired or evicted producer that comes back is a
-/// producer the stream does not know: any seq but 0 is refused (`409`,
-/// expected seq 0) and stores nothing; seq 0 starts it afresh. So a
-/// producer retries an append within `idle` of it, as with Kafka's
-/// `producer.id.expiration.ms`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct ProducerLimits {
-    /// Producers kept per stream.
-    pub(crate) per_stream: usize,
-    /// A producer's state is forgotten after this long without an append.
-    pub(crate) idle: Duration,
-}
-
-impl Default for ProducerLimits {
-    /// 1,024 producers a stream; a producer idle for a day is forgotten.
-    fn default() -> Self {
-        Self {
-            per_stream: 1024,
-            idle: Duration::from_secs(24 * 60 * 60),
-        }
-    }
-}
-
-/// What one producer's entry is charged against the memory budget besides
-/// its id: the map's slot, the state and its guard.
-const PRODUCER_ENTRY_BYTES: u64 = 96;
-
 /// What a stream is charged besides its ring and producers: the stream
 /// itself and its registry entry (its path is charged on top).
 const STREAM_OVERHEAD_BYTES: u64 = 1024;
-
-/// One idempotent producer the stream knows.
-struct ProducerEntry {
-    state: Producer,
-    /// Milliseconds since the stream's clock origin of its last append.
-    last_append_ms: u64,
-    /// The stream's count of producer appends at its last one: the
-    /// smallest is the producer idle longest (milliseconds tie).
-    last_append: u64,
-    /// Its id and entry, charged to the memory budget.
-    _memory: Charge,
-}
 
 /// A catch-up read's result: the payloads and where the reader is now.
 #[derive(Debug, Default)]
@@ -268,77 +234,6 @@ pub(crate) struct NewStream {
     /// Its key in the journal (`--data-dir`); its messages are visible
     /// once [`Stream::mark_durable`] says they are durable.
     pub(crate) journal_key: Option<StreamKey>,
-}
-
-/// What a stream had before a restart, beside its settings and messages:
-/// given to [`Stream::restore`].
-pub(crate) struct Restored {
-    /// Its producers, by id, with their state on disk.
-    pub(crate) producers: Vec<(String, ProducerState)>,
-    pub(crate) stream_seq: Option<String>,
-    pub(crate) closed_by: Option<(String, u64, u64)>,
-    pub(crate) soft_deleted: bool,
-}
-
-/// A change of a stream queued to its journal: acknowledged once
-/// [`Queued::durable`] returns.
-#[must_use = "a journaled change is acknowledged only once durable"]
-pub(crate) struct Queued {
-    /// The journal's answer to come, or why it took nothing.
-    wait: Result<JournalWait, AppendRefusal>,
-    /// The stream's last seq when the change was queued: visible once
-    /// durable.
-    seq: u64,
-}
-
-impl Queued {
-    /// A change `submitted` when the stream's last seq was `seq`.
-    ///
-    /// # Errors
-    /// The journal took nothing.
-    pub(crate) fn new(
-        submitted: Result<JournalWait, AppendRefusal>,
-        seq: u64,
-    ) -> Result<Self, AppendRefusal> {
-        Ok(Self {
-            wait: Ok(submitted?),
-            seq,
-        })
-    }
-
-    /// A change the journal did not take (the memory has it): awaiting it
-    /// answers `refusal`.
-    pub(crate) fn failed(refusal: AppendRefusal) -> Self {
-        Self {
-            wait: Err(refusal),
-            seq: 0,
-        }
-    }
-
-    /// Waits for the change to be durable, then shows the stream's
-    /// messages up to it to readers.
-    ///
-    /// # Errors
-    /// The journal failed (`503`) or the disk is full (`507`).
-    pub(crate) async fn durable(self, stream: &Stream) -> Result<(), AppendRefusal> {
-        self.wait?
-            .durable()
-            .await
-            .map_err(|error| journal::refusal(&error))?;
-        stream.mark_durable(self.seq);
-        Ok(())
-    }
-
-    /// Waits for a change that shows no messages (a deletion).
-    ///
-    /// # Errors
-    /// As [`Self::durable`].
-    pub(crate) async fn settled(self) -> Result<(), AppendRefusal> {
-        self.wait?
-            .durable()
-            .await
-            .map_err(|error| journal::refusal(&error))
-    }
 }
 
 /// Why a stream could not be made.
@@ -675,42 +570,14 @@ impl Stream {
         self.last_access_ms.store(now, Ordering::Relaxed);
         let published = tail.ring().published();
         let queued = match journal {
-            Some((journal, key)) => {
-                let mut ops = Vec::with_capacity(3);
-                if let Some(payload) = &payload {
-                    ops.push(StreamOp::Message {
-                        stream: key,
-                        seq: published,
-                        payload: bytes::Bytes::copy_from_slice(payload),
-                    });
-                    tail.trim_journal(key, &mut ops);
-                }
-                if let Some((id, epoch, seq)) = request.producer {
-                    let state = ProducerState {
-                        producer: Producer {
-                            epoch,
-                            last_seq: seq,
-                        },
-                        at_unix_ms: journal::unix_ms_now(),
-                    };
-                    ops.push(StreamOp::Producer {
-                        stream: key,
-                        id: bytes::Bytes::copy_from_slice(id.as_bytes()),
-                        state: state.encode(),
-                    });
-                }
-                ops.extend(evicted.into_iter().map(|id| StreamOp::ForgetProducer {
-                    stream: key,
-                    id: bytes::Bytes::from(id.into_bytes()),
-                }));
-                if request.stream_seq.is_some() || request.close {
-                    ops.push(StreamOp::Record {
-                        stream: key,
-                        record: self.record(&tail).encode(),
-                    });
-                }
-                Some(Queued::new(journal.submit(ops), published)?)
-            }
+            Some((journal, key)) => Some(self.journal_append(
+                journal,
+                key,
+                &mut tail,
+                payload.as_deref(),
+                request,
+                evicted,
+            )?),
             None => None,
         };
         let tail_offset = self.offset_of(published);
@@ -723,119 +590,6 @@ impl Stream {
             closed: self.is_closed(),
         };
         Ok((appended, queued))
-    }
-
-    /// The stream's journal record as it is now (`tail` held).
-    fn record(&self, tail: &Tail) -> StreamRecord {
-        let (lineage, own_generation, start_after) = self.numbering.parts();
-        StreamRecord {
-            version: journal::RECORD_VERSION,
-            path: self.path.clone(),
-            content_type: self.settings.content_type.clone(),
-            ttl_secs: self.settings.ttl_secs,
-            expires_at: self
-                .settings
-                .expires_at
-                .as_ref()
-                .map(|(text, _)| text.clone()),
-            forked_from: self.settings.forked_from.clone(),
-            fork_offset: self.settings.fork_offset.map(|offset| offset.to_string()),
-            fork_sub_offset: self.settings.fork_sub_offset,
-            lineage: lineage.to_vec(),
-            own_generation,
-            start_after,
-            ring_start: self.ring_start,
-            closed: self.is_closed(),
-            closed_by: tail.closed_by.clone(),
-            stream_seq: tail.stream_seq.clone(),
-            publish_key: self.publish_key.map(|key| key.to_string()),
-            soft_deleted: self.soft_deleted.load(Ordering::Acquire),
-        }
-    }
-
-    /// A barrier in the journal: durable once every change of the stream
-    /// queued before it is, which it then shows.
-    ///
-    /// # Errors
-    /// The journal failed.
-    pub(crate) fn barrier(&self, journal: &Journal) -> Result<Queued, AppendRefusal> {
-        let tail = self.tail();
-        Queued::new(journal.submit(Vec::new()), tail.ring().published())
-    }
-
-    /// The stream's journal record as it is now.
-    pub(crate) fn record_now(&self) -> StreamRecord {
-        let tail = self.tail();
-        self.record(&tail)
-    }
-
-    /// What a new stream writes to the journal: its record and every
-    /// message its ring holds.
-    pub(crate) fn creation(&self, key: StreamKey) -> Vec<StreamOp> {
-        let tail = self.tail();
-        let mut ops = vec![StreamOp::Record {
-            stream: key,
-            record: self.record(&tail).encode(),
-        }];
-        let ring = tail.ring();
-        let mut cursor = tail.journaled_from.saturating_sub(1);
-        while cursor < ring.published() {
-            let Ok(events) = ring.replay_range(cursor, ring.published().min(cursor + 256)) else {
-                break;
-            };
-            if events.is_empty() {
-                break;
-            }
-            for event in events {
-                cursor = event.seq;
-                ops.push(StreamOp::Message {
-                    stream: key,
-                    seq: event.seq,
-                    payload: event.payload,
-                });
-            }
-        }
-        ops
-    }
-
-    /// A stream as it was before a restart: `new` (its settings,
-    /// numbering and retained messages), then `restored`, every message
-    /// durable.
-    pub(crate) fn restore(
-        new: NewStream,
-        restored: Restored,
-        budget: &Arc<Bounded>,
-    ) -> Result<Self, MakeError> {
-        let stream = Self::new(new, budget)?;
-        {
-            let mut tail = stream.tail();
-            tail.stream_seq = restored.stream_seq;
-            tail.closed_by = restored.closed_by;
-            let mut producers = restored.producers;
-            // The idle longest first: each entry's rank of last append.
-            producers.sort_by_key(|(_, state)| state.at_unix_ms);
-            for (id, state) in producers {
-                if journal::since_unix_ms(state.at_unix_ms) >= stream.producer_limits.idle {
-                    continue;
-                }
-                let charge = stream
-                    .charge(budget, id.len() as u64 + PRODUCER_ENTRY_BYTES)
-                    .map_err(|_| MakeError::MemoryBudget)?;
-                let _ = tail.record_producer(
-                    &id,
-                    state.producer,
-                    0,
-                    Some(charge),
-                    stream.producer_limits,
-                );
-            }
-            let published = tail.ring().published();
-            stream.durable.store(published, Ordering::Release);
-        }
-        stream
-            .soft_deleted
-            .store(restored.soft_deleted, Ordering::Release);
-        Ok(stream)
     }
 
     /// [`Self::append`] without a journal (tests).
@@ -1002,92 +756,6 @@ fn millis_since(origin: Instant) -> u64 {
 }
 
 impl Tail {
-    /// The state of producer `id`, unless it is unknown or was idle past
-    /// `idle` (then it is forgotten here).
-    fn producer(&mut self, id: &str, now_ms: u64, idle: Duration) -> Option<Producer> {
-        let entry = self.producers.get(id)?;
-        if u128::from(now_ms.saturating_sub(entry.last_append_ms)) >= idle.as_millis() {
-            self.producers.remove(id);
-            return None;
-        }
-        Some(entry.state)
-    }
-
-    /// Records producer `id`'s append. A producer new to the stream
-    /// (`charge`: its entry's share of the budget) makes room first: the
-    /// producers idle past the limit go, then, at the cap, the one idle
-    /// longest.
-    fn record_producer(
-        &mut self,
-        id: &str,
-        state: Producer,
-        now_ms: u64,
-        charge: Option<Charge>,
-        limits: ProducerLimits,
-    ) -> Vec<String> {
-        self.producer_appends += 1;
-        let last_append = self.producer_appends;
-        if let Some(entry) = self.producers.get_mut(id) {
-            entry.state = state;
-            entry.last_append_ms = now_ms;
-            entry.last_append = last_append;
-            return Vec::new();
-        }
-        let Some(memory) = charge else {
-            return Vec::new();
-        };
-        // The producers this one displaces (the journal forgets them too).
-        let mut gone = Vec::new();
-        if self.producers.len() >= limits.per_stream {
-            let idle_ms = u64::try_from(limits.idle.as_millis()).unwrap_or(u64::MAX);
-            self.producers.retain(|id, entry| {
-                let keep = now_ms.saturating_sub(entry.last_append_ms) < idle_ms;
-                if !keep {
-                    gone.push(id.clone());
-                }
-                keep
-            });
-        }
-        while self.producers.len() >= limits.per_stream.max(1) {
-            let oldest = self
-                .producers
-                .iter()
-                .min_by_key(|(_, entry)| entry.last_append)
-                .map(|(id, _)| id.clone());
-            match oldest {
-                Some(oldest) => {
-                    self.producers.remove(&oldest);
-                    gone.push(oldest);
-                }
-                None => break,
-            };
-        }
-        self.producers.insert(
-            id.to_owned(),
-            ProducerEntry {
-                state,
-                last_append_ms: now_ms,
-                last_append,
-                _memory: memory,
-            },
-        );
-        gone
-    }
-
-    /// Removes from the journal the messages the ring evicted since the
-    /// last trim: the journal holds what the ring holds.
-    fn trim_journal(&mut self, key: StreamKey, ops: &mut Vec<StreamOp>) {
-        let first = self.ring().first_retained_from(self.journaled_from);
-        if first > self.journaled_from {
-            ops.push(StreamOp::Trim {
-                stream: key,
-                first: self.journaled_from,
-                last: first - 1,
-            });
-            self.journaled_from = first;
-        }
-    }
-
     /// The ring the writer emits to ([`empty_ring`] before the first).
     fn ring(&self) -> &Arc<Ring<SingleWriter>> {
         match &self.writer {

@@ -377,41 +377,19 @@ fn journal_holding(dir: &Path, needle: &[u8]) -> (std::path::PathBuf, usize) {
     found.unwrap_or_else(|| panic!("no journal holds {:?}", String::from_utf8_lossy(needle)))
 }
 
-/// Starts the server on `dir` and expects it to refuse: its exit status
-/// and what it printed.
-fn refused_start(dir: &Path) -> (std::process::ExitStatus, String) {
-    refused_start_with(dir, &[])
-}
-
-/// [`refused_start`] with `args` added. A server that starts instead
-/// (its `listening on` line) is killed, and the test fails there rather
-/// than wait on it.
-fn refused_start_with(dir: &Path, args: &[&str]) -> (std::process::ExitStatus, String) {
-    use std::io::{BufRead, Read};
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gapless-server"))
-        .args(["serve", "--addr", "127.0.0.1:0", "--data-dir"])
-        .arg(dir)
-        .args(args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run gapless-server");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let mut first = String::new();
-    let _ = std::io::BufReader::new(stdout).read_line(&mut first);
-    if first.starts_with("listening on") {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("the server started: {first}");
+/// Starts the server on `dir` with `args` added and expects it to refuse
+/// (a server that starts instead fails the test): its exit code and what
+/// it printed.
+fn refused_start(dir: &Path, args: &[&str]) -> (Option<i32>, String) {
+    let dir = dir.to_str().expect("a UTF-8 temporary directory");
+    let args: Vec<&str> = ["--addr", "127.0.0.1:0", "--data-dir", dir]
+        .into_iter()
+        .chain(args.iter().copied())
+        .collect();
+    match process::serve_outcome(&args, &[]) {
+        process::Outcome::Exited(code, stderr) => (code, stderr),
+        process::Outcome::Started(line) => panic!("the server started: {line}"),
     }
-    let mut stderr = String::new();
-    let _ = child
-        .stderr
-        .take()
-        .expect("piped stderr")
-        .read_to_string(&mut stderr);
-    let status = child.wait().expect("the server's exit");
-    (status, stderr)
 }
 
 /// Appends `count` messages `m0`.. to a new stream `s` on a server on
@@ -460,8 +438,8 @@ async fn a_corrupt_last_write_stops_the_start_with_the_reason_and_serves_nothing
     let mut bytes = std::fs::read(&journal).expect("the journal");
     bytes[at + 3] ^= 0x20;
     std::fs::write(&journal, bytes).expect("write the journal");
-    let (status, stderr) = refused_start(dir.path());
-    assert!(!status.success(), "a server started on a corrupt journal");
+    let (code, stderr) = refused_start(dir.path(), &[]);
+    assert_ne!(code, Some(0), "a server on a corrupt journal exited 0");
     assert!(stderr.contains("--data-dir"), "{stderr}");
     assert!(stderr.contains("ChecksumMismatch"), "{stderr}");
 }
@@ -761,8 +739,8 @@ async fn streams_that_need_more_than_the_memory_budget_refuse_the_start_and_stay
         }
     }
     // 24 MiB retained: a budget of 16 MiB cannot hold the rings.
-    let (status, stderr) = refused_start_with(dir.path(), &["--memory-budget", "16MiB"]);
-    assert!(!status.success(), "a server started past its memory budget");
+    let (code, stderr) = refused_start(dir.path(), &["--memory-budget", "16MiB"]);
+    assert_ne!(code, Some(0), "a server past its memory budget exited 0");
     assert!(stderr.contains("--memory-budget"), "{stderr}");
     // Nothing was dropped: with the budget back, every message is there.
     let server = launch(dir.path()).await;

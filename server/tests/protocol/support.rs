@@ -17,7 +17,7 @@ mod in_process;
 #[path = "../common/process.rs"]
 mod process;
 pub use in_process::{bounded, start, stop, IO};
-pub use process::{launch, ChildGuard};
+pub use process::{launch, serve_outcome, ChildGuard, Outcome};
 
 pub fn small_ring(events: usize) -> ServerConfig {
     ServerConfig {

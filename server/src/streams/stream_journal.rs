@@ -1,0 +1,262 @@
+//! A stream's side of the journal (`--data-dir`, `super::journal`): what
+//! its create and appends queue, the barrier a change-less answer waits
+//! on, its record, and the stream rebuilt from the journal at start-up.
+
+use super::{
+    AppendRefusal, AppendRequest, Arc, Bounded, MakeError, NewStream, Ordering, Producer, Stream,
+    Tail, PRODUCER_ENTRY_BYTES,
+};
+use crate::streams::journal::{self, Journal, ProducerState, StreamRecord};
+use gapless_history::{JournalWait, StreamKey, StreamOp};
+
+/// What a stream had before a restart, beside its settings and messages:
+/// given to [`Stream::restore`].
+pub(crate) struct Restored {
+    /// Its producers, by id, with their state on disk.
+    pub(crate) producers: Vec<(String, ProducerState)>,
+    pub(crate) stream_seq: Option<String>,
+    pub(crate) closed_by: Option<(String, u64, u64)>,
+    pub(crate) soft_deleted: bool,
+}
+
+/// A change of a stream queued to its journal: acknowledged once
+/// [`Queued::durable`] returns.
+#[must_use = "a journaled change is acknowledged only once durable"]
+pub(crate) struct Queued {
+    /// The journal's answer to come, or why it took nothing.
+    wait: Result<JournalWait, AppendRefusal>,
+    /// The stream's last seq when the change was queued: visible once
+    /// durable.
+    seq: u64,
+}
+
+impl Queued {
+    /// A change `submitted` when the stream's last seq was `seq`.
+    ///
+    /// # Errors
+    /// The journal took nothing.
+    pub(crate) fn new(
+        submitted: Result<JournalWait, AppendRefusal>,
+        seq: u64,
+    ) -> Result<Self, AppendRefusal> {
+        Ok(Self {
+            wait: Ok(submitted?),
+            seq,
+        })
+    }
+
+    /// A change the journal did not take (the memory has it): awaiting it
+    /// answers `refusal`.
+    pub(crate) fn failed(refusal: AppendRefusal) -> Self {
+        Self {
+            wait: Err(refusal),
+            seq: 0,
+        }
+    }
+
+    /// Waits for the change to be durable, then shows the stream's
+    /// messages up to it to readers.
+    ///
+    /// # Errors
+    /// The journal failed (`503`) or the disk is full (`507`).
+    pub(crate) async fn durable(self, stream: &Stream) -> Result<(), AppendRefusal> {
+        self.wait?
+            .durable()
+            .await
+            .map_err(|error| journal::refusal(&error))?;
+        stream.mark_durable(self.seq);
+        Ok(())
+    }
+
+    /// Waits for a change that shows no messages (a deletion).
+    ///
+    /// # Errors
+    /// As [`Self::durable`].
+    pub(crate) async fn settled(self) -> Result<(), AppendRefusal> {
+        self.wait?
+            .durable()
+            .await
+            .map_err(|error| journal::refusal(&error))
+    }
+}
+
+impl Stream {
+    /// Queues what an append changed (`tail` held, `published` its last
+    /// seq): the message and what the ring evicted, the producer's state
+    /// and those it displaced, the record when a close or `Stream-Seq`
+    /// changed it.
+    pub(super) fn journal_append(
+        &self,
+        journal: &Journal,
+        key: StreamKey,
+        tail: &mut Tail,
+        payload: Option<&[u8]>,
+        request: &AppendRequest<'_>,
+        evicted: Vec<String>,
+    ) -> Result<Queued, AppendRefusal> {
+        let published = tail.ring().published();
+        let mut ops = Vec::with_capacity(3);
+        if let Some(payload) = payload {
+            ops.push(StreamOp::Message {
+                stream: key,
+                seq: published,
+                payload: bytes::Bytes::copy_from_slice(payload),
+            });
+            tail.trim_journal(key, &mut ops);
+        }
+        if let Some((id, epoch, seq)) = request.producer {
+            let state = ProducerState {
+                producer: Producer {
+                    epoch,
+                    last_seq: seq,
+                },
+                at_unix_ms: journal::unix_ms_now(),
+            };
+            ops.push(StreamOp::Producer {
+                stream: key,
+                id: bytes::Bytes::copy_from_slice(id.as_bytes()),
+                state: state.encode(),
+            });
+        }
+        ops.extend(evicted.into_iter().map(|id| StreamOp::ForgetProducer {
+            stream: key,
+            id: bytes::Bytes::from(id.into_bytes()),
+        }));
+        if request.stream_seq.is_some() || request.close {
+            ops.push(StreamOp::Record {
+                stream: key,
+                record: self.record(tail).encode(),
+            });
+        }
+        Queued::new(journal.submit(ops), published)
+    }
+
+    /// The stream's journal record as it is now (`tail` held).
+    fn record(&self, tail: &Tail) -> StreamRecord {
+        let (lineage, own_generation, start_after) = self.numbering.parts();
+        StreamRecord {
+            version: journal::RECORD_VERSION,
+            path: self.path.clone(),
+            content_type: self.settings.content_type.clone(),
+            ttl_secs: self.settings.ttl_secs,
+            expires_at: self
+                .settings
+                .expires_at
+                .as_ref()
+                .map(|(text, _)| text.clone()),
+            forked_from: self.settings.forked_from.clone(),
+            fork_offset: self.settings.fork_offset.map(|offset| offset.to_string()),
+            fork_sub_offset: self.settings.fork_sub_offset,
+            lineage: lineage.to_vec(),
+            own_generation,
+            start_after,
+            ring_start: self.ring_start,
+            closed: self.is_closed(),
+            closed_by: tail.closed_by.clone(),
+            stream_seq: tail.stream_seq.clone(),
+            publish_key: self.publish_key.map(|key| key.to_string()),
+            soft_deleted: self.soft_deleted.load(Ordering::Acquire),
+        }
+    }
+
+    /// A barrier in the journal: durable once every change of the stream
+    /// queued before it is, which it then shows.
+    ///
+    /// # Errors
+    /// The journal failed.
+    pub(crate) fn barrier(&self, journal: &Journal) -> Result<Queued, AppendRefusal> {
+        let tail = self.tail();
+        Queued::new(journal.submit(Vec::new()), tail.ring().published())
+    }
+
+    /// The stream's journal record as it is now.
+    pub(crate) fn record_now(&self) -> StreamRecord {
+        let tail = self.tail();
+        self.record(&tail)
+    }
+
+    /// What a new stream writes to the journal: its record and every
+    /// message its ring holds.
+    pub(crate) fn creation(&self, key: StreamKey) -> Vec<StreamOp> {
+        let tail = self.tail();
+        let mut ops = vec![StreamOp::Record {
+            stream: key,
+            record: self.record(&tail).encode(),
+        }];
+        let ring = tail.ring();
+        let mut cursor = tail.journaled_from.saturating_sub(1);
+        while cursor < ring.published() {
+            let Ok(events) = ring.replay_range(cursor, ring.published().min(cursor + 256)) else {
+                break;
+            };
+            if events.is_empty() {
+                break;
+            }
+            for event in events {
+                cursor = event.seq;
+                ops.push(StreamOp::Message {
+                    stream: key,
+                    seq: event.seq,
+                    payload: event.payload,
+                });
+            }
+        }
+        ops
+    }
+
+    /// A stream as it was before a restart: `new` (its settings,
+    /// numbering and retained messages), then `restored`, every message
+    /// durable.
+    pub(crate) fn restore(
+        new: NewStream,
+        restored: Restored,
+        budget: &Arc<Bounded>,
+    ) -> Result<Self, MakeError> {
+        let stream = Self::new(new, budget)?;
+        {
+            let mut tail = stream.tail();
+            tail.stream_seq = restored.stream_seq;
+            tail.closed_by = restored.closed_by;
+            let mut producers = restored.producers;
+            // The idle longest first: each entry's rank of last append.
+            producers.sort_by_key(|(_, state)| state.at_unix_ms);
+            for (id, state) in producers {
+                if journal::since_unix_ms(state.at_unix_ms) >= stream.producer_limits.idle {
+                    continue;
+                }
+                let charge = stream
+                    .charge(budget, id.len() as u64 + PRODUCER_ENTRY_BYTES)
+                    .map_err(|_| MakeError::MemoryBudget)?;
+                let _ = tail.record_producer(
+                    &id,
+                    state.producer,
+                    0,
+                    Some(charge),
+                    stream.producer_limits,
+                );
+            }
+            let published = tail.ring().published();
+            stream.durable.store(published, Ordering::Release);
+        }
+        stream
+            .soft_deleted
+            .store(restored.soft_deleted, Ordering::Release);
+        Ok(stream)
+    }
+}
+
+impl Tail {
+    /// Removes from the journal the messages the ring evicted since the
+    /// last trim: the journal holds what the ring holds.
+    fn trim_journal(&mut self, key: StreamKey, ops: &mut Vec<StreamOp>) {
+        let first = self.ring().first_retained_from(self.journaled_from);
+        if first > self.journaled_from {
+            ops.push(StreamOp::Trim {
+                stream: key,
+                first: self.journaled_from,
+                last: first - 1,
+            });
+            self.journaled_from = first;
+        }
+    }
+}
