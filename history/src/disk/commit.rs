@@ -308,11 +308,13 @@ impl Committer {
             self.counters
                 .writes
                 .fetch_add(group.len() as u64, Ordering::Relaxed);
+            // Counted before the answers, after the sync (a measure between
+            // the write and its sync costs the sync a second block): a
+            // writer that has its answer sees its bytes in the size.
+            self.count_store_bytes(written);
             for queued in group {
                 let _ = queued.done.send(result.clone());
             }
-            // Counted after the answers: nobody waits for it.
-            self.count_store_bytes(written);
         }
     }
 
