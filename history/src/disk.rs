@@ -315,6 +315,8 @@ impl DiskHistory {
             stream_events: partition("stream_events")?,
             producers: partition("producers")?,
         };
+        let room = Room::open(dir.into(), limits)
+            .map_err(|error| DiskError::Directory(dir.into(), error))?;
         let commit = GroupCommit::start(keyspace.clone(), partitions.clone(), fsync)
             .map_err(|error| DiskError::Store(format!("the committer thread: {error}")))?;
         Ok(Self {
@@ -331,7 +333,7 @@ impl DiskHistory {
             run,
             lossy,
             partitions,
-            room: Room::new(dir.into(), limits),
+            room,
             _lock: lock_file,
         })
     }

@@ -9,6 +9,7 @@
 //! a memtable (64 MiB) and compacting write new tables before old ones go.
 
 use crate::HistoryError;
+use std::fs::File;
 use std::path::PathBuf;
 
 /// The disk history's bounds on disk.
@@ -35,13 +36,23 @@ impl Default for DiskLimits {
 pub const DEFAULT_RESERVE: u64 = 128 << 20;
 
 pub(crate) struct Room {
+    /// The data directory, for the refusals' words.
     dir: PathBuf,
+    /// The data directory, open: its filesystem is asked for free space
+    /// through the descriptor, without a path lookup on every write.
+    opened: File,
     limits: DiskLimits,
 }
 
 impl Room {
-    pub(crate) fn new(dir: PathBuf, limits: DiskLimits) -> Self {
-        Self { dir, limits }
+    /// The room of `dir`, which must exist.
+    pub(crate) fn open(dir: PathBuf, limits: DiskLimits) -> std::io::Result<Self> {
+        let opened = File::open(&dir)?;
+        Ok(Self {
+            dir,
+            opened,
+            limits,
+        })
     }
 
     /// `Ok` when a write may be queued; `size` is the store's size now.
@@ -66,7 +77,7 @@ impl Room {
 
     /// Bytes the filesystem of the directory has free for this process.
     fn available(&self) -> Result<u64, HistoryError> {
-        let stat = rustix::fs::statvfs(&self.dir).map_err(|error| {
+        let stat = rustix::fs::fstatvfs(&self.opened).map_err(|error| {
             HistoryError::Unavailable(format!("statvfs {}: {error}", self.dir.display()))
         })?;
         Ok(stat.f_bavail.saturating_mul(stat.f_frsize))
@@ -80,7 +91,7 @@ mod tests {
     #[test]
     fn a_write_is_refused_past_the_bound_or_into_the_reserve_and_taken_otherwise() {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let room = |limits| Room::new(dir.path().into(), limits);
+        let room = |limits| Room::open(dir.path().into(), limits).expect("the directory opens");
         let free = room(DiskLimits::default()).available().expect("statvfs");
         let fits = DiskLimits {
             max_bytes: Some(1000),
