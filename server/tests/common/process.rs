@@ -24,6 +24,16 @@ impl Drop for ChildGuard {
 /// Starts the `gapless-server` binary with `serve --addr 127.0.0.1:0` and
 /// `args`, the environment `envs` added; waits for its `listening on` line.
 pub async fn launch(args: &[&str], envs: &[(&str, &str)]) -> (ChildGuard, Client) {
+    launch_logging(args, envs, std::process::Stdio::null()).await
+}
+
+/// [`launch`], the server's log (its stderr) going to `log`.
+#[allow(dead_code)] // not every harness reads a log
+pub async fn launch_logging(
+    args: &[&str],
+    envs: &[(&str, &str)],
+    log: impl Into<std::process::Stdio>,
+) -> (ChildGuard, Client) {
     use std::io::BufRead;
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_gapless-server"));
     command
@@ -31,7 +41,7 @@ pub async fn launch(args: &[&str], envs: &[(&str, &str)]) -> (ChildGuard, Client
         .args(args)
         .envs(envs.iter().copied())
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null());
+        .stderr(log);
     let mut child = ChildGuard(command.spawn().expect("spawn gapless-server"));
     let stdout = child.0.stdout.take().expect("piped stdout");
     let line = tokio::time::timeout(
