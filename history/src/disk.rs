@@ -77,6 +77,19 @@ const READ_EVENTS: usize = 512;
 /// The key of the run record in `runs`.
 const RUN_KEY: &[u8] = b"run";
 
+/// The store's block cache (fjall's default, set here so that it is
+/// stated): blocks of session logs read back from the tables.
+const STORE_CACHE_BYTES: u64 = 32 << 20;
+
+/// The store's memtables at most, all partitions together (fjall's
+/// default): past it the largest is flushed to a table.
+const STORE_WRITE_BUFFER_BYTES: u64 = 64 << 20;
+
+/// What the store holds in memory at most, whatever the disk holds: its
+/// cache and its memtables. The server takes it out of `--memory-budget`
+/// before the rings are given the rest.
+pub const STORE_MEMORY_BYTES: u64 = STORE_CACHE_BYTES + STORE_WRITE_BUFFER_BYTES;
+
 /// Why the disk history could not open.
 #[derive(Debug)]
 pub enum DiskError {
@@ -287,7 +300,11 @@ impl DiskHistory {
         if let Some(cut) = &cut {
             warn_cut(cut);
         }
-        let keyspace = Config::new(dir.join("store")).open().map_err(store)?;
+        let keyspace = Config::new(dir.join("store"))
+            .cache_size(STORE_CACHE_BYTES)
+            .max_write_buffer_size(STORE_WRITE_BUFFER_BYTES)
+            .open()
+            .map_err(store)?;
         let partition = |name| {
             keyspace
                 .open_partition(name, PartitionCreateOptions::default())

@@ -84,7 +84,7 @@ pub use announce::LocalFollower;
 pub use config::HistoryConfig;
 pub use disk::{
     CommitStats, DiskError, DiskFollower, DiskHistory, DiskLimits, Fsync, JournalWait,
-    StoredStream, StreamKey, StreamOp, DEFAULT_RESERVE,
+    StoredStream, StreamKey, StreamOp, DEFAULT_RESERVE, STORE_MEMORY_BYTES,
 };
 pub use group_commit::{push_batch_args, Spawner, Task};
 pub use ids::{LogId, LogKind};

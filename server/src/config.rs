@@ -195,6 +195,16 @@ impl Default for ServerConfig {
 pub const MIN_DURATION: Duration = Duration::from_millis(1);
 
 impl ServerConfig {
+    /// What the disk store holds in memory at most (its cache and
+    /// memtables), taken out of the memory budget: 0 without `--data-dir`.
+    pub fn store_memory(&self) -> u64 {
+        if self.data_dir.is_some() {
+            gapless_history::STORE_MEMORY_BYTES
+        } else {
+            0
+        }
+    }
+
     /// The ring every session gets.
     pub fn ring(&self) -> gapless::Config {
         gapless::Config::default()
@@ -271,9 +281,11 @@ impl ServerConfig {
         }
         if let MemoryBudget::Bytes(budget) = self.memory_budget {
             let per_session = geometry.footprint() as u64;
-            if budget < per_session {
+            let store = self.store_memory();
+            if budget < store.saturating_add(per_session) {
                 return Err(InvalidConfig::MemoryBudget {
                     budget,
+                    store,
                     per_session,
                 });
             }
@@ -399,10 +411,14 @@ pub enum InvalidConfig {
         /// The shortest it may be.
         min: Duration,
     },
-    /// The memory budget holds not even one session's ring.
+    /// The memory budget holds not even one session's ring (after the
+    /// disk store's memory, with `--data-dir`).
     MemoryBudget {
         /// The budget in bytes.
         budget: u64,
+        /// What the disk store takes out of it first: 0 without
+        /// `--data-dir`.
+        store: u64,
         /// What one session's ring costs.
         per_session: u64,
     },
@@ -439,10 +455,20 @@ impl fmt::Display for InvalidConfig {
             }
             Self::MemoryBudget {
                 budget,
+                store: 0,
                 per_session,
             } => write!(
                 f,
                 "--memory-budget {budget} B holds no session: one ring costs {per_session} B"
+            ),
+            Self::MemoryBudget {
+                budget,
+                store,
+                per_session,
+            } => write!(
+                f,
+                "--memory-budget {budget} B holds no session: the disk store (--data-dir) takes \
+                 {store} B of it (its cache and memtables), and one ring costs {per_session} B"
             ),
             Self::CaFileWithoutTls => {
                 f.write_str("--redis-ca-file needs a rediss:// (TLS) --redis URL")
@@ -522,6 +548,38 @@ mod tests {
             }),
             ..ServerConfig::default()
         }
+    }
+
+    #[test]
+    fn with_a_data_dir_the_budget_holds_the_stores_memory_and_a_ring() {
+        let per_session = ServerConfig::default()
+            .ring()
+            .geometry()
+            .expect("the default ring")
+            .footprint() as u64;
+        let store = gapless_history::STORE_MEMORY_BYTES;
+        let config = |budget: u64, data_dir: bool| ServerConfig {
+            memory_budget: super::MemoryBudget::Bytes(budget),
+            data_dir: data_dir.then(|| super::DataDir {
+                path: "data".into(),
+                fsync: gapless_history::Fsync::Always,
+                limits: gapless_history::DiskLimits::default(),
+            }),
+            ..ServerConfig::default()
+        };
+        assert_eq!(config(per_session, false).validate(), Ok(()));
+        assert_eq!(config(store + per_session, true).validate(), Ok(()));
+        let refused = config(store + per_session - 1, true).validate();
+        assert_eq!(
+            refused,
+            Err(InvalidConfig::MemoryBudget {
+                budget: store + per_session - 1,
+                store,
+                per_session,
+            })
+        );
+        let words = refused.expect_err("refused").to_string();
+        assert!(words.contains("the disk store (--data-dir)"), "{words}");
     }
 
     #[test]

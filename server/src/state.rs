@@ -51,15 +51,19 @@ impl Limits {
         config.validate()?;
         let geometry = config.ring().geometry().map_err(InvalidConfig::Ring)?;
         let ring_footprint = geometry.footprint() as u64;
-        let budget = config.memory_budget.resolve().unwrap_or_else(|| {
+        let whole = config.memory_budget.resolve().unwrap_or_else(|| {
             tracing::warn!(
                 "the machine's memory cannot be read; no memory budget (set --memory-budget BYTES)"
             );
             u64::MAX
         });
+        // The rings get what the disk store leaves.
+        let store = config.store_memory();
+        let budget = whole.saturating_sub(store);
         if budget < ring_footprint {
             return Err(InvalidConfig::MemoryBudget {
-                budget,
+                budget: whole,
+                store,
                 per_session: ring_footprint,
             });
         }
