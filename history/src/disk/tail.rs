@@ -370,6 +370,49 @@ mod tests {
     }
 
     #[test]
+    fn any_damage_after_intact_batches_keeps_them_and_never_panics() {
+        use proptest::prelude::*;
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (_, mut bytes) = journal_of(dir.path(), 3);
+        let whole = scan(&bytes).intact;
+        bytes.truncate(whole);
+        let boundaries = [0, whole / 3, whole / 3 * 2, whole];
+        // Random bytes over a random suffix of the journal (from a random
+        // point on, the journal is replaced), then zeros.
+        let damage = (
+            0..=whole,
+            proptest::collection::vec(any::<u8>(), 0..400),
+            0..64usize,
+        );
+        let mut runner = proptest::test_runner::TestRunner::default();
+        runner
+            .run(&damage, |(from, garbage, zeros)| {
+                let mut damaged = bytes[..from].to_vec();
+                damaged.extend_from_slice(&garbage);
+                damaged.resize(damaged.len() + zeros, 0);
+                let scan = scan(&damaged);
+                prop_assert!(scan.intact <= scan.data_end && scan.data_end <= damaged.len());
+                // Every whole batch before the damage is kept, and the cut
+                // starts at a batch boundary (a garbage batch with a right
+                // checksum aside, which random bytes do not make).
+                let kept = boundaries
+                    .iter()
+                    .copied()
+                    .filter(|&b| b <= from)
+                    .max()
+                    .unwrap_or(0);
+                prop_assert!(
+                    scan.intact >= kept.min(scan.data_end),
+                    "{} < {kept}",
+                    scan.intact
+                );
+                prop_assert!(boundaries.contains(&scan.intact) || scan.intact > from);
+                Ok(())
+            })
+            .expect("the property");
+    }
+
+    #[test]
     fn a_cut_saves_the_bytes_truncates_the_journal_and_the_store_opens_with_the_rest() {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let store = dir.path().join("store");
