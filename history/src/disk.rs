@@ -50,7 +50,7 @@ mod tests;
 
 pub use commit::{CommitStats, Fsync};
 pub use room::{DiskLimits, DEFAULT_RESERVE};
-pub use streams::{JournalWait, StoredStream, StreamKey, StreamOp};
+pub use streams::{key_hex, JournalWait, StoredStream, StreamKey, StreamOp};
 
 use crate::announce::{Announcer, LocalFollower};
 use crate::expiring::{AdmissionSets, Tokens};
@@ -116,59 +116,6 @@ impl fmt::Display for DiskError {
 }
 
 impl std::error::Error for DiskError {}
-
-/// Says what the cut end of the journal held ([`tail`]).
-fn warn_cut(cut: &tail::TailCut) {
-    let mut held: Vec<String> = cut
-        .items
-        .iter()
-        .take(tail::NAMED_ITEMS)
-        .map(describe_item)
-        .collect();
-    if cut.items.len() > tail::NAMED_ITEMS {
-        held.push(format!("and {} more", cut.items.len() - tail::NAMED_ITEMS));
-    }
-    let held = if held.is_empty() {
-        "nothing readable".to_owned()
-    } else {
-        held.join(", ")
-    };
-    let how = if cut.complete {
-        "whole but damaged on the disk (its checksum fails): it had been acknowledged, and is lost"
-    } else {
-        "torn by the end of the last run: with --fsync always it was never acknowledged"
-    };
-    tracing::warn!(
-        journal = %cut.journal.display(),
-        at = cut.at,
-        bytes = cut.bytes,
-        saved = %cut.saved.display(),
-        "disk history: the journal's last write is cut, {how}; it held: {held}"
-    );
-}
-
-/// One journal item in words: whose it was, by the partitions' key layout
-/// (the table at the top of this module).
-fn describe_item(item: &tail::CutItem) -> String {
-    let change = if item.insert { "" } else { "removal of " };
-    let prefix = |key: &[u8]| -> Option<[u8; 16]> { key.get(..16)?.try_into().ok() };
-    let seq =
-        |key: &[u8]| -> Option<u64> { Some(u64::from_be_bytes(key.get(16..24)?.try_into().ok()?)) };
-    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
-    let what = match (item.partition.as_str(), prefix(&item.key), seq(&item.key)) {
-        ("events", Some(id), Some(seq)) => format!("log {} event {seq}", LogId::from_bytes(id)),
-        ("logs", Some(id), _) => format!("log {} record", LogId::from_bytes(id)),
-        ("stream_events", Some(key), Some(seq)) => format!("stream {} message {seq}", hex(&key)),
-        ("streams", Some(key), _) => format!("stream {} record", hex(&key)),
-        ("producers", Some(key), _) => format!(
-            "stream {} producer {:?}",
-            hex(&key),
-            String::from_utf8_lossy(&item.key[16..])
-        ),
-        (partition, _, _) => format!("{partition} key {}", hex(&item.key)),
-    };
-    format!("{change}{what}")
-}
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
@@ -298,7 +245,7 @@ impl DiskHistory {
         let cut = tail::cut_damaged_tail(&dir.join("store"), &dir.join("damaged"))
             .map_err(|error| DiskError::Directory(dir.into(), error))?;
         if let Some(cut) = &cut {
-            warn_cut(cut);
+            cut.warn();
         }
         let keyspace = Config::new(dir.join("store"))
             .cache_size(STORE_CACHE_BYTES)

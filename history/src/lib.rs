@@ -83,7 +83,7 @@ pub mod test_support;
 pub use announce::LocalFollower;
 pub use config::HistoryConfig;
 pub use disk::{
-    CommitStats, DiskError, DiskFollower, DiskHistory, DiskLimits, Fsync, JournalWait,
+    key_hex, CommitStats, DiskError, DiskFollower, DiskHistory, DiskLimits, Fsync, JournalWait,
     StoredStream, StreamKey, StreamOp, DEFAULT_RESERVE, STORE_MEMORY_BYTES,
 };
 pub use group_commit::{push_batch_args, Spawner, Task};

@@ -21,6 +21,12 @@ use fjall::Slice;
 /// path (a hash), the prefix of its messages' and producers' keys.
 pub type StreamKey = [u8; 16];
 
+/// A stream's key (or any key of the store) as the logs write it:
+/// lowercase hex.
+pub fn key_hex(key: &[u8]) -> String {
+    key.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
 /// One change of a Durable Stream, written with the others of its
 /// [`DiskHistory::journal_streams`] call as one atomic batch.
 #[derive(Clone, Debug)]

@@ -22,6 +22,8 @@
 //! before the next was started, and damage there is in the middle of what
 //! was acknowledged, which the store reports (the start stops, naming it).
 
+use super::streams::key_hex;
+use crate::LogId;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -61,6 +63,62 @@ pub(crate) struct TailCut {
     pub(crate) items: Vec<CutItem>,
     /// Where the cut bytes were saved.
     pub(crate) saved: PathBuf,
+}
+
+impl TailCut {
+    /// Says what the cut held, item by item.
+    pub(crate) fn warn(&self) {
+        let mut held: Vec<String> = self
+            .items
+            .iter()
+            .take(NAMED_ITEMS)
+            .map(describe_item)
+            .collect();
+        if self.items.len() > NAMED_ITEMS {
+            held.push(format!("and {} more", self.items.len() - NAMED_ITEMS));
+        }
+        let held = if held.is_empty() {
+            "nothing readable".to_owned()
+        } else {
+            held.join(", ")
+        };
+        let how = if self.complete {
+            "whole but damaged on the disk (its checksum fails): it had been acknowledged, and is lost"
+        } else {
+            "torn by the end of the last run: with --fsync always it was never acknowledged"
+        };
+        tracing::warn!(
+            journal = %self.journal.display(),
+            at = self.at,
+            bytes = self.bytes,
+            saved = %self.saved.display(),
+            "disk history: the journal's last write is cut, {how}; it held: {held}"
+        );
+    }
+}
+
+/// One journal item in words: whose it was, by the partitions' key layout
+/// (the table at the top of `disk.rs`).
+fn describe_item(item: &CutItem) -> String {
+    let change = if item.insert { "" } else { "removal of " };
+    let prefix = |key: &[u8]| -> Option<[u8; 16]> { key.get(..16)?.try_into().ok() };
+    let seq =
+        |key: &[u8]| -> Option<u64> { Some(u64::from_be_bytes(key.get(16..24)?.try_into().ok()?)) };
+    let what = match (item.partition.as_str(), prefix(&item.key), seq(&item.key)) {
+        ("events", Some(id), Some(seq)) => format!("log {} event {seq}", LogId::from_bytes(id)),
+        ("logs", Some(id), _) => format!("log {} record", LogId::from_bytes(id)),
+        ("stream_events", Some(key), Some(seq)) => {
+            format!("stream {} message {seq}", key_hex(&key))
+        }
+        ("streams", Some(key), _) => format!("stream {} record", key_hex(&key)),
+        ("producers", Some(key), _) => format!(
+            "stream {} producer {:?}",
+            key_hex(&key),
+            String::from_utf8_lossy(&item.key[16..])
+        ),
+        (partition, _, _) => format!("{partition} key {}", key_hex(&item.key)),
+    };
+    format!("{change}{what}")
 }
 
 /// How a journal's bytes end.

@@ -19,7 +19,7 @@ use super::journal::{Journal, ProducerState, StreamRecord};
 use super::stream::{MakeError, NewStream, Restored, Stream};
 use super::Streams;
 use bytes::Bytes;
-use gapless_history::{StoredStream, StreamKey, StreamOp};
+use gapless_history::{key_hex, StoredStream, StreamKey, StreamOp};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -110,7 +110,7 @@ pub(crate) async fn restore(streams: &Streams, journal: &Journal) -> Result<Repo
             Err(why) => {
                 report.unreadable += 1;
                 tracing::error!(
-                    key = %hex(&key), %why,
+                    key = %key_hex(&key), %why,
                     "a stream's record in the data directory cannot be read: the stream is left out (its readers get 404) and left on disk"
                 );
             }
@@ -260,7 +260,7 @@ fn contiguous(mut messages: Vec<(u64, Bytes)>, key: StreamKey) -> Vec<(u64, Byte
         .map_or(0, |at| at + 1);
     if run_start > 0 {
         tracing::warn!(
-            key = %hex(&key),
+            key = %key_hex(&key),
             left_out = run_start,
             from = messages[run_start].0,
             "a stream's messages in the data directory are not one run: the older ones are left out"
@@ -268,10 +268,6 @@ fn contiguous(mut messages: Vec<(u64, Bytes)>, key: StreamKey) -> Vec<(u64, Byte
         messages.drain(..run_start);
     }
     messages
-}
-
-fn hex(key: &StreamKey) -> String {
-    key.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 #[cfg(test)]
