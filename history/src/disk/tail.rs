@@ -268,7 +268,7 @@ fn scan(bytes: &[u8]) -> Scan {
 
 /// The journal the store writes to: the highest-numbered file under
 /// `journals`.
-fn active_journal(journals: &Path) -> std::io::Result<Option<PathBuf>> {
+pub(super) fn active_journal(journals: &Path) -> std::io::Result<Option<PathBuf>> {
     let mut active: Option<(u64, PathBuf)> = None;
     let entries = match std::fs::read_dir(journals) {
         Ok(entries) => entries,

@@ -288,20 +288,6 @@ async fn a_clean_close_with_fsync_never_loses_nothing_and_keeps_the_epoch() {
     assert_eq!(append(&history, &id, known(7, 3), 4..=4).await, (7, 4));
 }
 
-/// The journal a reopened store writes to: the highest-numbered file under
-/// `store/journals`, and its length.
-fn active_journal(dir: &Path) -> (u64, u64) {
-    std::fs::read_dir(dir.join("store").join("journals"))
-        .expect("the journals")
-        .filter_map(|entry| {
-            let entry = entry.expect("an entry");
-            let number = entry.file_name().to_str()?.parse::<u64>().ok()?;
-            Some((number, entry.metadata().expect("its metadata").len()))
-        })
-        .max()
-        .expect("a journal")
-}
-
 #[tokio::test]
 async fn a_reopened_store_writes_into_a_fresh_journal() {
     let dir = tempfile::tempdir().expect("a temporary directory");
@@ -316,10 +302,14 @@ async fn a_reopened_store_writes_into_a_fresh_journal() {
     // A few hundred bytes were written in all: a journal of a MiB or more
     // is a preallocated one, which a write does not extend (an extending
     // write's fdatasync writes one more block).
-    let (number, length) = active_journal(dir.path());
+    let journal = super::tail::active_journal(&dir.path().join("store").join("journals"))
+        .expect("the journals")
+        .expect("a journal");
+    let length = std::fs::metadata(&journal).expect("the journal").len();
     assert!(
         length >= 1 << 20,
-        "the reopened store writes to journal {number} of {length} bytes, at its end"
+        "the reopened store writes to {} of {length} bytes, at its end",
+        journal.display()
     );
     let snapshot = history
         .after(&id, 0, 1 << 20)
