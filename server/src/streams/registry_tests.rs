@@ -1,7 +1,7 @@
 //! The registry under concurrent clients: a fork releases its source once
 //! however many removals race, a fork copies exactly what it claims while
 //! its source evicts, and the structure lock is not held while a create
-//! builds its stream.
+//! builds its stream; with a journal, a durable close wakes readers.
 
 use super::{CreateRefusal, CreateRequest, Created, Streams};
 use crate::admission::Bounded;
@@ -329,4 +329,84 @@ fn a_page_cut_by_retention_serves_what_it_gathered() {
             }
         }
     });
+}
+
+/// A registry journaling to a disk history in `dir` (`--data-dir`).
+fn journaled_registry(dir: &std::path::Path) -> Arc<Streams> {
+    let config = gapless_history::HistoryConfig {
+        url: String::new(),
+        cluster: false,
+        timeout: Duration::from_secs(5),
+        retention: 1024,
+        retention_bytes: 1 << 20,
+        idle: Duration::from_secs(600),
+        ca_file: None,
+    };
+    let disk = gapless_history::DiskHistory::open(
+        dir,
+        config,
+        gapless_history::Fsync::Always,
+        gapless_history::DiskLimits::default(),
+    )
+    .expect("the disk history");
+    let journal = Arc::new(crate::streams::journal::Journal::new(Arc::new(disk)));
+    Arc::new(
+        Streams::new(
+            Config::default().events(64).bytes(64 << 10),
+            Duration::from_secs(600),
+            Bounded::new(u64::MAX),
+            u64::MAX,
+        )
+        .with_journal(journal),
+    )
+}
+
+#[tokio::test]
+async fn a_close_without_a_body_wakes_a_reader_waiting_at_the_tail_once_durable() {
+    use crate::streams::writes::StreamWrites;
+    use futures_util::FutureExt;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let streams = journaled_registry(dir.path());
+    let created = StreamWrites::create(
+        &*streams,
+        CreateRequest {
+            path: "/s".to_owned(),
+            settings: settings(None, None),
+            closed: false,
+            body: bytes::Bytes::from_static(b"a"),
+            client: None,
+            publish_key: false,
+        },
+    )
+    .await
+    .expect("created");
+    let stream = streams.get("/s").expect("the stream");
+    assert!(created.new);
+    // A reader at the tail: it has seen everything, and waits.
+    let mut changes = super::super::stream::Changes::of(Arc::clone(&stream));
+    changes.mark_seen();
+    let mut waiting = Box::pin(changes.wait(Duration::from_secs(3600)));
+    assert!(
+        (&mut waiting).now_or_never().is_none(),
+        "nothing changed yet"
+    );
+    let close = AppendRequest {
+        stream_seq: None,
+        producer: None,
+        close: true,
+    };
+    let appended = StreamWrites::append(&*streams, "/s", b"", &close, |_: &_| Ok(()))
+        .await
+        .expect("closed");
+    assert!(matches!(
+        appended,
+        super::super::rules::Appended::Done { closed: true, .. }
+    ));
+    // The close is acknowledged, so durable: the reader must have been
+    // woken (it adds no message, so the durable seq did not move).
+    assert_eq!(
+        waiting.now_or_never(),
+        Some(true),
+        "the reader waiting at the tail was not woken by the durable close"
+    );
 }

@@ -28,6 +28,11 @@ pub(crate) struct Queued {
     /// The stream's last seq when the change was queued: visible once
     /// durable.
     seq: u64,
+    /// The change closes the stream: durable, it wakes the stream's
+    /// readers even when it adds no message (which would not raise the
+    /// durable seq, and a reader waiting at the tail would hear of the
+    /// close only at its timeout).
+    closes: bool,
 }
 
 impl Queued {
@@ -42,7 +47,14 @@ impl Queued {
         Ok(Self {
             wait: Ok(submitted?),
             seq,
+            closes: false,
         })
+    }
+
+    /// The same change, one that closes the stream when `closes`.
+    fn closing(mut self, closes: bool) -> Self {
+        self.closes = closes;
+        self
     }
 
     /// A change the journal did not take (the memory has it): awaiting it
@@ -51,6 +63,7 @@ impl Queued {
         Self {
             wait: Err(refusal),
             seq: 0,
+            closes: false,
         }
     }
 
@@ -65,6 +78,9 @@ impl Queued {
             .await
             .map_err(|error| journal::refusal(&error))?;
         stream.mark_durable(self.seq);
+        if self.closes {
+            stream.wake();
+        }
         Ok(())
     }
 
@@ -128,7 +144,7 @@ impl Stream {
                 record: self.record(tail).encode(),
             });
         }
-        Queued::new(journal.submit(ops), published)
+        Queued::new(journal.submit(ops), published).map(|queued| queued.closing(request.close))
     }
 
     /// The stream's journal record as it is now (`tail` held).
