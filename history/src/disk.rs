@@ -48,6 +48,8 @@ mod tail;
 #[cfg(test)]
 mod tests;
 
+#[cfg(any(test, feature = "test-support"))]
+pub use commit::CommitsHeld;
 pub use commit::{CommitStats, Fsync};
 pub use room::{DiskLimits, DEFAULT_RESERVE};
 pub use streams::{key_hex, JournalWait, StoredStream, StreamKey, StreamOp};

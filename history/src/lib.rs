@@ -82,6 +82,8 @@ pub mod test_support;
 
 pub use announce::LocalFollower;
 pub use config::HistoryConfig;
+#[cfg(any(test, feature = "test-support"))]
+pub use disk::CommitsHeld;
 pub use disk::{
     key_hex, CommitStats, DiskError, DiskFollower, DiskHistory, DiskLimits, Fsync, JournalWait,
     StoredStream, StreamKey, StreamOp, DEFAULT_RESERVE, STORE_MEMORY_BYTES,

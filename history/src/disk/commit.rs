@@ -158,7 +158,16 @@ pub(crate) struct GroupCommit {
     queue: Mutex<Option<mpsc::Sender<Queued>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
     counters: Arc<Counters>,
+    /// Held by a test: the committer writes nothing meanwhile
+    /// ([`Self::hold`]).
+    #[cfg(any(test, feature = "test-support"))]
+    hold: Arc<Mutex<()>>,
 }
+
+/// While alive, the committer writes nothing: what is queued stays
+/// queued, unanswered (tests of what is shown before a write is durable).
+#[cfg(any(test, feature = "test-support"))]
+pub struct CommitsHeld<'a>(#[allow(dead_code)] std::sync::MutexGuard<'a, ()>);
 
 /// What a queued write's caller awaits.
 pub(crate) type Pending = oneshot::Receiver<Result<(), HistoryError>>;
@@ -185,6 +194,8 @@ impl GroupCommit {
         counters
             .store_bytes
             .store(keyspace.disk_space(), Ordering::Relaxed);
+        #[cfg(any(test, feature = "test-support"))]
+        let hold = Arc::new(Mutex::new(()));
         let committer = Committer {
             keyspace,
             partitions,
@@ -192,6 +203,8 @@ impl GroupCommit {
             counters: Arc::clone(&counters),
             measured_at: StdInstant::now(),
             measure_every,
+            #[cfg(any(test, feature = "test-support"))]
+            hold: Arc::clone(&hold),
         };
         let thread = std::thread::Builder::new()
             .name("gapless-disk-commit".into())
@@ -200,6 +213,8 @@ impl GroupCommit {
             queue: Mutex::new(Some(queue)),
             thread: Mutex::new(Some(thread)),
             counters,
+            #[cfg(any(test, feature = "test-support"))]
+            hold,
         })
     }
 
@@ -222,6 +237,12 @@ impl GroupCommit {
             Some(Ok(())) => Ok(pending),
             _ => Err(stopped()),
         }
+    }
+
+    /// Holds the committer until the guard is dropped.
+    #[cfg(any(test, feature = "test-support"))]
+    pub(crate) fn hold(&self) -> CommitsHeld<'_> {
+        CommitsHeld(self.hold.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Waits for a queued write's answer.
@@ -279,6 +300,9 @@ struct Committer {
     measured_at: StdInstant,
     /// How often it is ([`MEASURE_EVERY`]).
     measure_every: Duration,
+    /// Taken around each batch ([`GroupCommit::hold`]).
+    #[cfg(any(test, feature = "test-support"))]
+    hold: Arc<Mutex<()>>,
 }
 
 impl Committer {
@@ -296,10 +320,14 @@ impl Committer {
                 .flat_map(|queued| &queued.ops)
                 .map(Op::journal_bytes)
                 .sum();
+            #[cfg(any(test, feature = "test-support"))]
+            let held = self.hold.lock().unwrap_or_else(PoisonError::into_inner);
             let result = match self.counters.failed.get() {
                 Some(error) => Err(error.clone()),
                 None => self.commit(&mut group),
             };
+            #[cfg(any(test, feature = "test-support"))]
+            drop(held);
             if let Err(error) = &result {
                 if self.counters.failed.set(error.clone()).is_ok() {
                     tracing::error!(%error, "disk history: a write failed; no write is acknowledged until a restart");

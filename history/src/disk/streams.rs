@@ -275,6 +275,14 @@ impl DiskHistory {
         Ok(streams)
     }
 
+    /// Holds the group commit until the guard is dropped: what is queued
+    /// meanwhile is neither written nor answered (tests of what readers
+    /// are shown before a change is durable).
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn hold_commits(&self) -> super::commit::CommitsHeld<'_> {
+        self.commit.hold()
+    }
+
     /// Whether the last run may have lost writes it acknowledged: it ran
     /// with `--fsync never` and the machine restarted before it closed.
     /// Every stream then continues under a new generation.

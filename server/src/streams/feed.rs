@@ -154,7 +154,10 @@ impl Feed for LocalFeed {
             return Err(FeedEnd::Gone);
         }
         self.streams.touch(&self.stream);
-        let closed = self.stream.is_closed();
+        let closed = self
+            .stream
+            .settled_for_readers(self.streams.journal())
+            .await;
         let chunk = self
             .stream
             .read_after(cursor, PAGE_BYTES)
@@ -177,7 +180,10 @@ impl Feed for LocalFeed {
             return Err(FeedEnd::Gone);
         }
         self.streams.touch(&self.stream);
-        let closed = self.stream.is_closed();
+        let closed = self
+            .stream
+            .settled_for_readers(self.streams.journal())
+            .await;
         let wire = self
             .stream
             .wire_page_after(cursor, CATCH_UP_PAGE_BYTES, self.streams.budget())

@@ -267,6 +267,7 @@ impl Streams {
                     journal.submit(stream.creation(key)),
                     stream.ring().published(),
                 )
+                .map(|queued| queued.closing(request.closed))
                 .map_err(create_refusal)?,
             ),
             _ => None,

@@ -1,14 +1,20 @@
 //! The registry under concurrent clients: a fork releases its source once
 //! however many removals race, a fork copies exactly what it claims while
 //! its source evicts, and the structure lock is not held while a create
-//! builds its stream; with a journal, a durable close wakes readers.
+//! builds its stream; with a journal, readers are told of a stream and
+//! of its close only once durable, and a durable close wakes them.
 
 use super::{CreateRefusal, CreateRequest, Created, Streams};
 use crate::admission::Bounded;
-use crate::streams::rules::AppendRequest;
+use crate::streams::journal::Journal;
+use crate::streams::rules::{AppendRequest, Appended};
 use crate::streams::settings::Settings;
+use crate::streams::stream::Changes;
 use crate::streams::stream::Stream;
+use crate::streams::writes::StreamWrites;
+use futures_util::FutureExt;
 use gapless::Config;
+use gapless_history::DiskHistory;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -331,8 +337,9 @@ fn a_page_cut_by_retention_serves_what_it_gathered() {
     });
 }
 
-/// A registry journaling to a disk history in `dir` (`--data-dir`).
-fn journaled_registry(dir: &std::path::Path) -> Arc<Streams> {
+/// A registry journaling to a disk history in `dir` (`--data-dir`), and
+/// the history (to hold its commits).
+fn journaled_registry(dir: &std::path::Path) -> (Arc<Streams>, Arc<DiskHistory>) {
     let config = gapless_history::HistoryConfig {
         url: String::new(),
         cluster: false,
@@ -342,66 +349,64 @@ fn journaled_registry(dir: &std::path::Path) -> Arc<Streams> {
         idle: Duration::from_secs(600),
         ca_file: None,
     };
-    let disk = gapless_history::DiskHistory::open(
-        dir,
-        config,
-        gapless_history::Fsync::Always,
-        gapless_history::DiskLimits::default(),
-    )
-    .expect("the disk history");
-    let journal = Arc::new(crate::streams::journal::Journal::new(Arc::new(disk)));
-    Arc::new(
-        Streams::new(
-            Config::default().events(64).bytes(64 << 10),
-            Duration::from_secs(600),
-            Bounded::new(u64::MAX),
-            u64::MAX,
+    let disk = Arc::new(
+        DiskHistory::open(
+            dir,
+            config,
+            gapless_history::Fsync::Always,
+            gapless_history::DiskLimits::default(),
         )
-        .with_journal(journal),
+        .expect("the disk history"),
+    );
+    let journal = Arc::new(Journal::new(Arc::clone(&disk)));
+    let streams = Streams::new(
+        Config::default().events(64).bytes(64 << 10),
+        Duration::from_secs(600),
+        Bounded::new(u64::MAX),
+        u64::MAX,
     )
+    .with_journal(journal);
+    (Arc::new(streams), disk)
 }
+
+fn create_request(path: &str) -> CreateRequest {
+    CreateRequest {
+        path: path.to_owned(),
+        settings: settings(None, None),
+        closed: false,
+        body: bytes::Bytes::from_static(b"a"),
+        client: None,
+        publish_key: false,
+    }
+}
+
+const CLOSE: AppendRequest<'static> = AppendRequest {
+    stream_seq: None,
+    producer: None,
+    close: true,
+};
 
 #[tokio::test]
 async fn a_close_without_a_body_wakes_a_reader_waiting_at_the_tail_once_durable() {
-    use crate::streams::writes::StreamWrites;
-    use futures_util::FutureExt;
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let streams = journaled_registry(dir.path());
-    let created = StreamWrites::create(
-        &*streams,
-        CreateRequest {
-            path: "/s".to_owned(),
-            settings: settings(None, None),
-            closed: false,
-            body: bytes::Bytes::from_static(b"a"),
-            client: None,
-            publish_key: false,
-        },
-    )
-    .await
-    .expect("created");
-    let stream = streams.get("/s").expect("the stream");
+    let (streams, _disk) = journaled_registry(dir.path());
+    let created = StreamWrites::create(&*streams, create_request("/s"))
+        .await
+        .expect("created");
     assert!(created.new);
+    let stream = streams.get("/s").expect("the stream");
     // A reader at the tail: it has seen everything, and waits.
-    let mut changes = super::super::stream::Changes::of(Arc::clone(&stream));
+    let mut changes = Changes::of(Arc::clone(&stream));
     changes.mark_seen();
     let mut waiting = Box::pin(changes.wait(Duration::from_secs(3600)));
     assert!(
         (&mut waiting).now_or_never().is_none(),
         "nothing changed yet"
     );
-    let close = AppendRequest {
-        stream_seq: None,
-        producer: None,
-        close: true,
-    };
-    let appended = StreamWrites::append(&*streams, "/s", b"", &close, |_: &_| Ok(()))
+    let appended = StreamWrites::append(&*streams, "/s", b"", &CLOSE, |_: &_| Ok(()))
         .await
         .expect("closed");
-    assert!(matches!(
-        appended,
-        super::super::rules::Appended::Done { closed: true, .. }
-    ));
+    assert!(matches!(appended, Appended::Done { closed: true, .. }));
     // The close is acknowledged, so durable: the reader must have been
     // woken (it adds no message, so the durable seq did not move).
     assert_eq!(
@@ -409,4 +414,62 @@ async fn a_close_without_a_body_wakes_a_reader_waiting_at_the_tail_once_durable(
         Some(true),
         "the reader waiting at the tail was not woken by the durable close"
     );
+}
+
+#[tokio::test]
+async fn readers_are_told_of_a_close_only_once_it_is_durable() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (streams, disk) = journaled_registry(dir.path());
+    StreamWrites::create(&*streams, create_request("/s"))
+        .await
+        .expect("created");
+    let stream = streams.get("/s").expect("the stream");
+    let journal = streams.journal();
+    let held = disk.hold_commits();
+    let mut closing = Box::pin(StreamWrites::append(
+        &*streams,
+        "/s",
+        b"",
+        &CLOSE,
+        |_: &_| Ok(()),
+    ));
+    assert!(
+        (&mut closing).now_or_never().is_none(),
+        "the close waits for its commit"
+    );
+    assert!(stream.is_closed(), "the close is applied in memory");
+    // Queued, not durable: a reader (HEAD, a page) is not told.
+    assert!(!stream.closed_for_readers());
+    let mut told = Box::pin(stream.settled_for_readers(journal));
+    assert!(
+        (&mut told).now_or_never().is_none(),
+        "a reader was answered about a close that is not durable"
+    );
+    drop(held);
+    assert!(told.await, "durable, the close is told");
+    closing.await.expect("the close acknowledged");
+    assert!(stream.closed_for_readers());
+}
+
+#[tokio::test]
+async fn a_stream_is_served_only_once_its_creation_is_durable() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (streams, disk) = journaled_registry(dir.path());
+    let held = disk.hold_commits();
+    let mut creating = Box::pin(StreamWrites::create(&*streams, create_request("/s")));
+    assert!(
+        (&mut creating).now_or_never().is_none(),
+        "the create waits for its commit"
+    );
+    // Found by readers (a create of the same path must find it), but its
+    // creation is not durable: a reader waits.
+    let stream = streams.get("/s").expect("the stream is in the registry");
+    let mut served = Box::pin(stream.settled_for_readers(streams.journal()));
+    assert!(
+        (&mut served).now_or_never().is_none(),
+        "a reader was served a stream whose creation is not durable"
+    );
+    drop(held);
+    assert!(!served.await, "durable, and open");
+    assert!(creating.await.expect("created").new);
 }

@@ -194,6 +194,12 @@ pub(crate) struct Stream {
     /// messages up to it, never one a power cut could still take back
     /// (`u64::MAX` without a journal: everything published is visible).
     durable: AtomicU64,
+    /// With a journal: its creation is durable (readers wait for it,
+    /// `settled_for_readers`); `true` without one.
+    pub(super) creation_durable: AtomicBool,
+    /// With a journal: its close is durable, and readers are told it is
+    /// closed only then; `true` without one.
+    pub(super) closure_durable: AtomicBool,
     /// The seq before the first message its first ring held: its tail
     /// while it holds none (kept in its journal record).
     ring_start: u64,
@@ -326,6 +332,8 @@ impl Stream {
                 Some(_) => new.ring_start,
                 None => u64::MAX,
             }),
+            creation_durable: AtomicBool::new(new.journal_key.is_none()),
+            closure_durable: AtomicBool::new(new.journal_key.is_none()),
             journal_key: new.journal_key,
             ring_start: new.ring_start,
             kept_page: Mutex::new(None),

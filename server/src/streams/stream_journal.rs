@@ -52,7 +52,7 @@ impl Queued {
     }
 
     /// The same change, one that closes the stream when `closes`.
-    fn closing(mut self, closes: bool) -> Self {
+    pub(crate) fn closing(mut self, closes: bool) -> Self {
         self.closes = closes;
         self
     }
@@ -77,8 +77,13 @@ impl Queued {
             .durable()
             .await
             .map_err(|error| journal::refusal(&error))?;
+        // Every change of the stream is queued after its creation.
+        if !stream.creation_durable.load(Ordering::Acquire) {
+            stream.creation_durable.store(true, Ordering::Release);
+        }
         stream.mark_durable(self.seq);
         if self.closes {
+            stream.closure_durable.store(true, Ordering::Release);
             stream.wake();
         }
         Ok(())
@@ -145,6 +150,37 @@ impl Stream {
             });
         }
         Queued::new(journal.submit(ops), published).map(|queued| queued.closing(request.close))
+    }
+
+    /// Whether readers are told the stream is closed: with a journal,
+    /// only once its close is durable.
+    pub(crate) fn closed_for_readers(&self) -> bool {
+        self.is_closed() && self.closure_durable.load(Ordering::Acquire)
+    }
+
+    /// [`Self::closed_for_readers`], once what a reader is about to be
+    /// told is durable: a stream whose creation or close is queued to the
+    /// journal and not yet durable is answered after a barrier behind it,
+    /// so that no reader learns of a stream, or of its close, that a
+    /// restart could take back (a reader told a stream is closed stops
+    /// reading it). Two loads when nothing is pending.
+    pub(crate) async fn settled_for_readers(&self, journal: Option<&Journal>) -> bool {
+        let closed = self.is_closed();
+        let pending = !self.creation_durable.load(Ordering::Acquire)
+            || (closed && !self.closure_durable.load(Ordering::Acquire));
+        if let (true, Some(journal)) = (pending, journal) {
+            // Queued under the writer lock, so behind the change seen: a
+            // close is queued under it as its flag is set, a creation
+            // before the stream can be found.
+            let durable = match self.barrier(journal) {
+                Ok(queued) => queued.durable(self).await.is_ok(),
+                Err(_) => false,
+            };
+            if durable && closed && !self.closure_durable.swap(true, Ordering::AcqRel) {
+                self.wake();
+            }
+        }
+        self.closed_for_readers()
     }
 
     /// The stream's journal record as it is now (`tail` held).
@@ -254,6 +290,8 @@ impl Stream {
             let published = tail.ring().published();
             stream.durable.store(published, Ordering::Release);
         }
+        stream.creation_durable.store(true, Ordering::Release);
+        stream.closure_durable.store(true, Ordering::Release);
         stream
             .soft_deleted
             .store(restored.soft_deleted, Ordering::Release);

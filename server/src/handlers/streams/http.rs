@@ -349,7 +349,8 @@ async fn head(state: &Arc<ServerState>, path: &str) -> Response<Body> {
     if stream.soft_deleted.load(Ordering::Acquire) {
         return answer::soft_deleted();
     }
-    head_response(&stream.settings, stream.tail_offset(), stream.is_closed())
+    let closed = stream.settled_for_readers(state.streams.journal()).await;
+    head_response(&stream.settings, stream.tail_offset(), closed)
 }
 
 /// The metadata of a stream with `settings`, at `tail`.
@@ -404,6 +405,8 @@ async fn read(state: &Arc<ServerState>, path: &str, request: Request) -> Respons
     if stream.soft_deleted.load(Ordering::Acquire) {
         return answer::soft_deleted();
     }
+    // Its creation durable before anything of it is served.
+    stream.settled_for_readers(state.streams.journal()).await;
     live::read(
         state,
         LocalFeed::new(stream, Arc::clone(&state.streams)),
