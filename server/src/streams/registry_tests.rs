@@ -6,6 +6,7 @@
 
 use super::{CreateRefusal, CreateRequest, Created, Streams};
 use crate::admission::Bounded;
+use crate::streams::feed::{Feed, FeedEnd, LocalFeed, Page};
 use crate::streams::journal::Journal;
 use crate::streams::rules::{AppendRequest, Appended};
 use crate::streams::settings::Settings;
@@ -445,8 +446,27 @@ async fn readers_are_told_of_a_close_only_once_it_is_durable() {
         (&mut told).now_or_never().is_none(),
         "a reader was answered about a close that is not durable"
     );
+    // A live reader's pages (long-poll, SSE, catch-up) wait the same way.
+    let mut feed = LocalFeed::new(Arc::clone(&stream), Arc::clone(&streams));
+    let mut catching_up = LocalFeed::new(Arc::clone(&stream), Arc::clone(&streams));
+    let mut page = Box::pin(feed.read(1));
+    let mut catch_up = Box::pin(catching_up.read_catch_up(1));
+    assert!(
+        (&mut page).now_or_never().is_none(),
+        "a page said closed before the close was durable"
+    );
+    assert!(
+        (&mut catch_up).now_or_never().is_none(),
+        "a catch-up page said closed before the close was durable"
+    );
     drop(held);
     assert!(told.await, "durable, the close is told");
+    let closed = |page: Result<Page, FeedEnd>| match page {
+        Ok(page) => page.closed,
+        Err(_) => panic!("the feed ended"),
+    };
+    assert!(closed(page.await), "durable, a page says closed");
+    assert!(closed(catch_up.await), "durable, a catch-up page says closed");
     closing.await.expect("the close acknowledged");
     assert!(stream.closed_for_readers());
 }
