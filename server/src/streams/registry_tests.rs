@@ -466,7 +466,10 @@ async fn readers_are_told_of_a_close_only_once_it_is_durable() {
         Err(_) => panic!("the feed ended"),
     };
     assert!(closed(page.await), "durable, a page says closed");
-    assert!(closed(catch_up.await), "durable, a catch-up page says closed");
+    assert!(
+        closed(catch_up.await),
+        "durable, a catch-up page says closed"
+    );
     closing.await.expect("the close acknowledged");
     assert!(stream.closed_for_readers());
 }
