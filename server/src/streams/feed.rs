@@ -151,6 +151,8 @@ impl Feed for LocalFeed {
         // Marked seen before the read: a change after it wakes `wait`.
         self.changed.mark_seen();
         if self.ended() {
+            // Told once the removal is durable.
+            self.streams.removals_settled().await;
             return Err(FeedEnd::Gone);
         }
         self.streams.touch(&self.stream);
@@ -177,6 +179,8 @@ impl Feed for LocalFeed {
     async fn read_catch_up(&mut self, cursor: u64) -> Result<Page, FeedEnd> {
         self.changed.mark_seen();
         if self.ended() {
+            // Told once the removal is durable.
+            self.streams.removals_settled().await;
             return Err(FeedEnd::Gone);
         }
         self.streams.touch(&self.stream);

@@ -37,6 +37,7 @@ pub(crate) mod numbering;
 pub(crate) mod offset;
 pub(crate) mod read_buffers;
 pub(crate) mod registry;
+pub(crate) mod removals;
 pub(crate) mod restore;
 pub(crate) mod rules;
 pub(crate) mod settings;

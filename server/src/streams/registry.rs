@@ -8,6 +8,7 @@ use super::fork_point::ForkPoint;
 use super::journal::{self, Journal};
 use super::numbering::{Numbering, ReadRefusal};
 use super::offset::Generations;
+use super::removals::Removals;
 use super::rules::AppendRefusal;
 use super::settings::Settings;
 use super::stream::{Ended, MakeError, NewStream, ProducerLimits, Queued, Stream};
@@ -111,6 +112,9 @@ pub(crate) struct Streams {
     /// With `--data-dir`: where every stream's changes are written before
     /// they are acknowledged (`journal`).
     journal: Option<Arc<Journal>>,
+    /// Removals queued and known durable: readers are told a stream is
+    /// gone only once its removal is.
+    removals: Removals,
 }
 
 impl Streams {
@@ -133,6 +137,7 @@ impl Streams {
             client_shares,
             producer_limits: ProducerLimits::default(),
             journal: None,
+            removals: Removals::default(),
         }
     }
 
@@ -145,6 +150,38 @@ impl Streams {
     /// The journal, with `--data-dir`.
     pub(crate) fn journal(&self) -> Option<&Journal> {
         self.journal.as_deref()
+    }
+
+    /// Removal `number` ([`Self::delete_queued`]) is durable.
+    pub(crate) fn removal_durable(&self, number: u64) {
+        self.removals.durable(number);
+    }
+
+    /// Waits, with a journal, until every removal begun so far is durable:
+    /// call it before telling a reader a stream is gone.
+    pub(crate) async fn removals_settled(&self) {
+        let queue = |journal: &Journal| {
+            // Under the lock the removals queue their writes under: the
+            // barrier comes after every one begun.
+            let _structure = self.lock();
+            journal.submit(Vec::new()).ok()
+        };
+        self.removals.settled(self.journal(), queue).await;
+    }
+
+    /// The stream at `path` as a reader is told of it: as [`Self::get`],
+    /// but a stream missing or soft-deleted is answered so only once the
+    /// removal that made it so is durable (looked up again then).
+    pub(crate) async fn get_for_readers(&self, path: &str) -> Option<Arc<Stream>> {
+        let found = self.get(path);
+        let gone = found
+            .as_ref()
+            .is_none_or(|stream| stream.soft_deleted.load(Ordering::Acquire));
+        if !gone || self.journal.is_none() {
+            return found;
+        }
+        self.removals_settled().await;
+        self.get(path)
     }
 
     /// The registry's clock origin, generations, ring, producer limits
@@ -420,8 +457,9 @@ impl Streams {
     }
 
     /// [`Self::delete`], and with a journal the write to await before the
-    /// deletion is acknowledged.
-    pub(crate) fn delete_queued(&self, path: &str) -> (Option<bool>, Option<Queued>) {
+    /// deletion is acknowledged, and its number to mark durable once it is
+    /// ([`Self::removal_durable`]).
+    pub(crate) fn delete_queued(&self, path: &str) -> (Option<bool>, Option<(Queued, u64)>) {
         let Some(stream) = self.get(path) else {
             return (None, None);
         };
@@ -429,10 +467,13 @@ impl Streams {
         if stream.soft_deleted.load(Ordering::Acquire) {
             return (Some(false), None);
         }
+        // Numbered before a reader can see it.
+        let removal = self.removals.begin();
         match stream.end_if(|stream| !stream.soft_deleted.load(Ordering::Acquire)) {
             Some(ended) => {
                 let ops = self.ended_locked(&stream, ended);
-                (Some(true), self.journal_ends(ops))
+                let queued = self.journal_ends(ops).map(|queued| (queued, removal));
+                (Some(true), queued)
             }
             None if stream.soft_deleted.load(Ordering::Acquire) => (Some(false), None),
             None => (None, None),
@@ -456,6 +497,9 @@ impl Streams {
     /// Removes `stream` if it is still expired, decided under its writer
     /// lock (an append acknowledged before restarted its clock).
     fn remove_if_expired_locked(&self, stream: &Arc<Stream>) {
+        // Numbered before a reader can see it; marked durable by the next
+        // reader's barrier (nobody waits for an expiry).
+        self.removals.begin();
         let now = SystemTime::now();
         let ended = stream.end_if(|stream| {
             !stream.soft_deleted.load(Ordering::Acquire) && self.expired(stream, || now)

@@ -2,7 +2,8 @@
 //! however many removals race, a fork copies exactly what it claims while
 //! its source evicts, and the structure lock is not held while a create
 //! builds its stream; with a journal, readers are told of a stream and
-//! of its close only once durable, and a durable close wakes them.
+//! of its close or its removal only once durable, and a durable close
+//! wakes them.
 
 use super::{CreateRefusal, CreateRequest, Created, Streams};
 use crate::admission::Bounded;
@@ -495,4 +496,43 @@ async fn a_stream_is_served_only_once_its_creation_is_durable() {
     drop(held);
     assert!(!served.await, "durable, and open");
     assert!(creating.await.expect("created").new);
+}
+
+#[tokio::test]
+async fn readers_are_told_a_stream_is_gone_only_once_its_removal_is_durable() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (streams, disk) = journaled_registry(dir.path());
+    StreamWrites::create(&*streams, create_request("/s"))
+        .await
+        .expect("created");
+    let stream = streams.get("/s").expect("the stream");
+    let mut feed = LocalFeed::new(Arc::clone(&stream), Arc::clone(&streams));
+    let held = disk.hold_commits();
+    let mut deleting = Box::pin(StreamWrites::delete(&*streams, "/s", |_: &_| Ok(())));
+    assert!(
+        (&mut deleting).now_or_never().is_none(),
+        "the deletion waits for its commit"
+    );
+    assert!(
+        streams.get("/s").is_none(),
+        "out of the registry at once (a create of the path makes a new one)"
+    );
+    // Not durable: a restart would bring the stream back, so no reader
+    // is told it is gone yet, neither a new one nor a live one.
+    let mut looked_up = Box::pin(streams.get_for_readers("/s"));
+    assert!(
+        (&mut looked_up).now_or_never().is_none(),
+        "a reader was told the stream is gone before its removal was durable"
+    );
+    let mut page = Box::pin(feed.read(1));
+    assert!(
+        (&mut page).now_or_never().is_none(),
+        "a live reader was ended before the removal was durable"
+    );
+    drop(held);
+    assert!(looked_up.await.is_none(), "durable: gone");
+    assert!(matches!(page.await, Err(FeedEnd::Gone)), "durable: ended");
+    assert_eq!(deleting.await.expect("deleted"), Some(true));
+    // Known durable now: a reader is answered at once.
+    assert!(streams.get_for_readers("/s").now_or_never().is_some());
 }

@@ -138,8 +138,9 @@ impl StreamWrites for Streams {
         }
         check(&Found::of_stream(&stream))?;
         let (deleted, queued) = Streams::delete_queued(self, path);
-        if let Some(queued) = queued {
+        if let Some((queued, removal)) = queued {
             queued.settled().await?;
+            self.removal_durable(removal);
         }
         Ok(deleted)
     }

@@ -343,7 +343,7 @@ async fn head(state: &Arc<ServerState>, path: &str) -> Response<Body> {
             }
         };
     }
-    let Some(stream) = state.streams.get(path) else {
+    let Some(stream) = state.streams.get_for_readers(path).await else {
         return answer::not_found();
     };
     if stream.soft_deleted.load(Ordering::Acquire) {
@@ -399,7 +399,7 @@ async fn read(state: &Arc<ServerState>, path: &str, request: Request) -> Respons
         let feed = crate::streams::shared_feed::SharedFeed::new(shared, path);
         return live::read(state, feed, query, request.headers()).await;
     }
-    let Some(stream) = state.streams.get(path) else {
+    let Some(stream) = state.streams.get_for_readers(path).await else {
         return answer::not_found();
     };
     if stream.soft_deleted.load(Ordering::Acquire) {
