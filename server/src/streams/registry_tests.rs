@@ -371,6 +371,16 @@ fn journaled_registry(dir: &std::path::Path) -> (Arc<Streams>, Arc<DiskHistory>)
     (Arc::new(streams), disk)
 }
 
+/// [`journaled_registry`] holding the stream `/s` (one message), created.
+async fn journaled_stream(dir: &std::path::Path) -> (Arc<Streams>, Arc<DiskHistory>, Arc<Stream>) {
+    let (streams, disk) = journaled_registry(dir);
+    StreamWrites::create(&*streams, create_request("/s"))
+        .await
+        .expect("created");
+    let stream = streams.get("/s").expect("the stream");
+    (streams, disk, stream)
+}
+
 fn create_request(path: &str) -> CreateRequest {
     CreateRequest {
         path: path.to_owned(),
@@ -421,11 +431,7 @@ async fn a_close_without_a_body_wakes_a_reader_waiting_at_the_tail_once_durable(
 #[tokio::test]
 async fn readers_are_told_of_a_close_only_once_it_is_durable() {
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let (streams, disk) = journaled_registry(dir.path());
-    StreamWrites::create(&*streams, create_request("/s"))
-        .await
-        .expect("created");
-    let stream = streams.get("/s").expect("the stream");
+    let (streams, disk, stream) = journaled_stream(dir.path()).await;
     let journal = streams.journal();
     let held = disk.hold_commits();
     let mut closing = Box::pin(StreamWrites::append(
@@ -501,11 +507,7 @@ async fn a_stream_is_served_only_once_its_creation_is_durable() {
 #[tokio::test]
 async fn readers_are_told_a_stream_is_gone_only_once_its_removal_is_durable() {
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let (streams, disk) = journaled_registry(dir.path());
-    StreamWrites::create(&*streams, create_request("/s"))
-        .await
-        .expect("created");
-    let stream = streams.get("/s").expect("the stream");
+    let (streams, disk, stream) = journaled_stream(dir.path()).await;
     let mut feed = LocalFeed::new(Arc::clone(&stream), Arc::clone(&streams));
     let held = disk.hold_commits();
     let mut deleting = Box::pin(StreamWrites::delete(&*streams, "/s", |_: &_| Ok(())));
