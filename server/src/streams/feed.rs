@@ -136,6 +136,24 @@ impl LocalFeed {
     fn ended(&self) -> bool {
         self.stream.gone.load(Ordering::Acquire) || self.stream.soft_deleted.load(Ordering::Acquire)
     }
+
+    /// What every page does first: marks the stream's changes seen (a
+    /// change after it wakes `wait`), ends the read of a stream that is
+    /// gone once its removal is durable, restarts the stream's clocks, and
+    /// says whether readers are told it is closed
+    /// ([`Stream::settled_for_readers`]).
+    async fn begin_page(&mut self) -> Result<bool, FeedEnd> {
+        self.changed.mark_seen();
+        if self.ended() {
+            self.streams.removals_settled().await;
+            return Err(FeedEnd::Gone);
+        }
+        self.streams.touch(&self.stream);
+        Ok(self
+            .stream
+            .settled_for_readers(self.streams.journal())
+            .await)
+    }
 }
 
 impl Feed for LocalFeed {
@@ -148,18 +166,7 @@ impl Feed for LocalFeed {
     }
 
     async fn read(&mut self, cursor: u64) -> Result<Page, FeedEnd> {
-        // Marked seen before the read: a change after it wakes `wait`.
-        self.changed.mark_seen();
-        if self.ended() {
-            // Told once the removal is durable.
-            self.streams.removals_settled().await;
-            return Err(FeedEnd::Gone);
-        }
-        self.streams.touch(&self.stream);
-        let closed = self
-            .stream
-            .settled_for_readers(self.streams.journal())
-            .await;
+        let closed = self.begin_page().await?;
         let chunk = self
             .stream
             .read_after(cursor, PAGE_BYTES)
@@ -177,17 +184,7 @@ impl Feed for LocalFeed {
     }
 
     async fn read_catch_up(&mut self, cursor: u64) -> Result<Page, FeedEnd> {
-        self.changed.mark_seen();
-        if self.ended() {
-            // Told once the removal is durable.
-            self.streams.removals_settled().await;
-            return Err(FeedEnd::Gone);
-        }
-        self.streams.touch(&self.stream);
-        let closed = self
-            .stream
-            .settled_for_readers(self.streams.journal())
-            .await;
+        let closed = self.begin_page().await?;
         let wire = self
             .stream
             .wire_page_after(cursor, CATCH_UP_PAGE_BYTES, self.streams.budget())

@@ -174,10 +174,12 @@ impl Streams {
     /// removal that made it so is durable (looked up again then).
     pub(crate) async fn get_for_readers(&self, path: &str) -> Option<Arc<Stream>> {
         let found = self.get(path);
-        let gone = found
-            .as_ref()
-            .is_none_or(|stream| stream.soft_deleted.load(Ordering::Acquire));
-        if !gone || self.journal.is_none() {
+        let gone = || {
+            found
+                .as_ref()
+                .is_none_or(|stream| stream.soft_deleted.load(Ordering::Acquire))
+        };
+        if self.journal.is_none() || !gone() {
             return found;
         }
         self.removals_settled().await;

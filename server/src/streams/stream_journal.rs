@@ -83,8 +83,7 @@ impl Queued {
         }
         stream.mark_durable(self.seq);
         if self.closes {
-            stream.closure_durable.store(true, Ordering::Release);
-            stream.wake();
+            stream.mark_closure_durable();
         }
         Ok(())
     }
@@ -152,6 +151,15 @@ impl Stream {
         Queued::new(journal.submit(ops), published).map(|queued| queued.closing(request.close))
     }
 
+    /// The stream's close is durable: readers are told, and woken (a
+    /// close without a body does not move the durable seq, which wakes
+    /// them for messages).
+    fn mark_closure_durable(&self) {
+        if !self.closure_durable.swap(true, Ordering::AcqRel) {
+            self.wake();
+        }
+    }
+
     /// Whether readers are told the stream is closed: with a journal,
     /// only once its close is durable.
     pub(crate) fn closed_for_readers(&self) -> bool {
@@ -176,8 +184,8 @@ impl Stream {
                 Ok(queued) => queued.durable(self).await.is_ok(),
                 Err(_) => false,
             };
-            if durable && closed && !self.closure_durable.swap(true, Ordering::AcqRel) {
-                self.wake();
+            if durable && closed {
+                self.mark_closure_durable();
             }
         }
         self.closed_for_readers()
