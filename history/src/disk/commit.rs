@@ -128,9 +128,17 @@ pub struct CommitStats {
     pub fsync_micros: u64,
 }
 
+/// What runs on the committer thread once a write is durable, before its
+/// caller hears so ([`GroupCommit::submit_then`]): it must neither block
+/// nor panic (a panic is caught and logged, the write still answered).
+pub type OnDurable = Box<dyn FnOnce() + Send + 'static>;
+
 /// A write waiting for the committer.
 struct Queued {
     ops: Vec<Op>,
+    /// Run once the write is durable, whether or not its caller still
+    /// waits for the answer.
+    then: Option<OnDurable>,
     done: oneshot::Sender<Result<(), HistoryError>>,
 }
 
@@ -230,10 +238,25 @@ impl GroupCommit {
     /// answer comes once it is durable as [`Fsync`] says. Never blocks:
     /// call it under the lock that orders the log's writes.
     pub(crate) fn submit(&self, ops: Vec<Op>) -> Result<Pending, HistoryError> {
+        self.submit_then(ops, None)
+    }
+
+    /// [`Self::submit`], and `then` runs on the committer thread once the
+    /// write is durable (not if it fails), before the answer is sent: what
+    /// must follow a durable write happens even when nobody awaits the
+    /// answer any more (a client that went away).
+    pub(crate) fn submit_then(
+        &self,
+        ops: Vec<Op>,
+        then: Option<OnDurable>,
+    ) -> Result<Pending, HistoryError> {
         self.check()?;
         let (done, pending) = oneshot::channel();
         let queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
-        match queue.as_ref().map(|queue| queue.send(Queued { ops, done })) {
+        match queue
+            .as_ref()
+            .map(|queue| queue.send(Queued { ops, then, done }))
+        {
             Some(Ok(())) => Ok(pending),
             _ => Err(stopped()),
         }
@@ -341,6 +364,11 @@ impl Committer {
             // writer that has its answer sees its bytes in the size.
             self.count_store_bytes(written);
             for queued in group {
+                if let (Ok(()), Some(then)) = (&result, queued.then) {
+                    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(then)).is_err() {
+                        tracing::error!("disk history: what follows a durable write panicked");
+                    }
+                }
                 let _ = queued.done.send(result.clone());
             }
         }
@@ -460,6 +488,28 @@ mod tests {
             "{} bytes after 256 KiB written to a store of {before}",
             commit.store_bytes()
         );
+        commit.close();
+    }
+
+    #[test]
+    fn what_follows_a_durable_write_runs_though_nobody_awaits_it() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (_keyspace, commit) = committer(dir.path(), Duration::from_secs(3600));
+        let (ran, runs) = mpsc::channel();
+        let held = commit.hold();
+        let op = Op::Insert(
+            Part::StreamEvents,
+            Slice::from(&b"k"[..]),
+            Slice::from(&b"v"[..]),
+        );
+        let then: OnDurable = Box::new(move || {
+            let _ = ran.send(());
+        });
+        drop(commit.submit_then(vec![op], Some(then)).expect("queued"));
+        drop(held);
+        // Answered after the first write: it ran by then.
+        write(&commit, 1, 1);
+        assert_eq!(runs.try_recv(), Ok(()), "it did not run");
         commit.close();
     }
 

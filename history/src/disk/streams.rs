@@ -11,7 +11,7 @@
 //! At start-up the server reads back every record ([`DiskHistory::stored_streams`]),
 //! each stream's messages and producers, and rebuilds its rings.
 
-use super::commit::{GroupCommit, Op, Part, Pending};
+use super::commit::{GroupCommit, OnDurable, Op, Part, Pending};
 use super::{store_error, DiskHistory};
 use crate::HistoryError;
 use bytes::Bytes;
@@ -218,11 +218,35 @@ impl DiskHistory {
     /// # Errors
     /// The history failed: no write is taken until a restart.
     pub fn journal_streams(&self, ops: Vec<StreamOp>) -> Result<JournalWait, HistoryError> {
+        self.submit_streams(ops, None)
+    }
+
+    /// [`Self::journal_streams`], and `then` runs once the changes are
+    /// durable (not if they fail), before the answer is sent, whether or
+    /// not anyone still awaits it: what shows a durable change to readers
+    /// then never depends on its writer staying. It runs on the committer
+    /// thread: it must be short, and neither block nor panic.
+    ///
+    /// # Errors
+    /// As [`Self::journal_streams`] (`then` is dropped, not run).
+    pub fn journal_streams_then(
+        &self,
+        ops: Vec<StreamOp>,
+        then: impl FnOnce() + Send + 'static,
+    ) -> Result<JournalWait, HistoryError> {
+        self.submit_streams(ops, Some(Box::new(then)))
+    }
+
+    fn submit_streams(
+        &self,
+        ops: Vec<StreamOp>,
+        then: Option<OnDurable>,
+    ) -> Result<JournalWait, HistoryError> {
         let mut changes = Vec::with_capacity(ops.len() + 2);
         for op in ops {
             op.push(&mut changes);
         }
-        self.commit.submit(changes).map(JournalWait)
+        self.commit.submit_then(changes, then).map(JournalWait)
     }
 
     /// Every stream the journal holds, with its messages and producers

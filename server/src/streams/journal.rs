@@ -20,7 +20,8 @@
 //! A change is queued under the lock that orders the stream's changes (its
 //! writer lock; the registry's structure lock for creates and deletions),
 //! so the journal holds them in their order. Readers see a stream's
-//! messages up to its last durable seq only (`Stream::durable`).
+//! messages up to its last durable seq only (`super::shown`), moved by
+//! the committer once the change is durable.
 
 use super::offset::Offset;
 use super::rules::{AppendRefusal, Producer};
@@ -66,6 +67,22 @@ impl Journal {
     pub(crate) fn submit(&self, ops: Vec<StreamOp>) -> Result<JournalWait, AppendRefusal> {
         self.disk
             .journal_streams(ops)
+            .map_err(|error| refusal(&error))
+    }
+
+    /// [`Self::submit`], and `then` runs on the committer thread once the
+    /// changes are durable, before anyone awaiting them hears so (see
+    /// [`DiskHistory::journal_streams_then`]): short, never blocking.
+    ///
+    /// # Errors
+    /// As [`Self::submit`].
+    pub(crate) fn submit_then(
+        &self,
+        ops: Vec<StreamOp>,
+        then: impl FnOnce() + Send + 'static,
+    ) -> Result<JournalWait, AppendRefusal> {
+        self.disk
+            .journal_streams_then(ops, then)
             .map_err(|error| refusal(&error))
     }
 }

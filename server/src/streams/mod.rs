@@ -13,6 +13,7 @@
 //! | `charge` | a stream's charge: the memory budget and its client's share, together |
 //! | `settings` | what a stream was created with, and the rules that compare and inherit them |
 //! | `stream` | one stream: ring, producers, closure, readers' wake-ups (its producers' bookkeeping in `stream_producers.rs`, its side of the journal in `stream_journal.rs`) |
+//! | `shown` | what a stream's readers are shown (with `--data-dir`: what is durable), and their wake-up |
 //! | `fork_point` | what a fork takes from its source: retained messages up to the offset, a sub-offset prefix |
 //! | `shared` | streams in the shared history (`--redis`): any instance serves any stream |
 //! | `shared_create` | creating a stream there: pending log, a fork's claim and copy, completion or undo |
@@ -45,6 +46,7 @@ pub(crate) mod shared;
 pub(crate) mod shared_admission;
 pub(crate) mod shared_create;
 pub(crate) mod shared_feed;
+pub(crate) mod shown;
 pub(crate) mod stream;
 pub(crate) mod wire_page;
 pub(crate) mod writes;

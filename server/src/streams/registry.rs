@@ -114,7 +114,7 @@ pub(crate) struct Streams {
     journal: Option<Arc<Journal>>,
     /// Removals queued and known durable: readers are told a stream is
     /// gone only once its removal is.
-    removals: Removals,
+    removals: Arc<Removals>,
 }
 
 impl Streams {
@@ -137,7 +137,7 @@ impl Streams {
             client_shares,
             producer_limits: ProducerLimits::default(),
             journal: None,
-            removals: Removals::default(),
+            removals: Arc::default(),
         }
     }
 
@@ -152,19 +152,17 @@ impl Streams {
         self.journal.as_deref()
     }
 
-    /// Removal `number` ([`Self::delete_queued`]) is durable.
-    pub(crate) fn removal_durable(&self, number: u64) {
-        self.removals.durable(number);
-    }
-
     /// Waits, with a journal, until every removal begun so far is durable:
     /// call it before telling a reader a stream is gone.
     pub(crate) async fn removals_settled(&self) {
-        let queue = |journal: &Journal| {
+        let queue = |journal: &Journal, begun: u64| {
             // Under the lock the removals queue their writes under: the
-            // barrier comes after every one begun.
+            // barrier comes after every one begun, and durable, marks them.
             let _structure = self.lock();
-            journal.submit(Vec::new()).ok()
+            let removals = Arc::clone(&self.removals);
+            journal
+                .submit_then(Vec::new(), move || removals.durable(begun))
+                .ok()
         };
         self.removals.settled(self.journal(), queue).await;
     }
@@ -302,12 +300,14 @@ impl Streams {
         // journaled before its record.
         let queued = match (&self.journal, stream.journal_key) {
             (Some(journal), Some(key)) => Some(
-                Queued::new(
-                    journal.submit(stream.creation(key)),
-                    stream.ring().published(),
-                )
-                .map(|queued| queued.closing(request.closed))
-                .map_err(create_refusal)?,
+                stream
+                    .submit_shown(
+                        journal,
+                        stream.creation(key),
+                        stream.ring().published(),
+                        request.closed,
+                    )
+                    .map_err(create_refusal)?,
             ),
             _ => None,
         };
@@ -459,9 +459,8 @@ impl Streams {
     }
 
     /// [`Self::delete`], and with a journal the write to await before the
-    /// deletion is acknowledged, and its number to mark durable once it is
-    /// ([`Self::removal_durable`]).
-    pub(crate) fn delete_queued(&self, path: &str) -> (Option<bool>, Option<(Queued, u64)>) {
+    /// deletion is acknowledged.
+    pub(crate) fn delete_queued(&self, path: &str) -> (Option<bool>, Option<Queued>) {
         let Some(stream) = self.get(path) else {
             return (None, None);
         };
@@ -474,8 +473,7 @@ impl Streams {
         match stream.end_if(|stream| !stream.soft_deleted.load(Ordering::Acquire)) {
             Some(ended) => {
                 let ops = self.ended_locked(&stream, ended);
-                let queued = self.journal_ends(ops).map(|queued| (queued, removal));
-                (Some(true), queued)
+                (Some(true), self.journal_ends(ops, removal))
             }
             None if stream.soft_deleted.load(Ordering::Acquire) => (Some(false), None),
             None => (None, None),
@@ -483,14 +481,16 @@ impl Streams {
     }
 
     /// Queues what ended streams write (their removal, a soft deletion's
-    /// record). A journal that failed keeps them until it is restarted:
-    /// the answer says so.
-    fn journal_ends(&self, ops: Vec<StreamOp>) -> Option<Queued> {
+    /// record): once durable, the committer marks removal `number`
+    /// durable, whether or not anyone awaits it. A journal that failed
+    /// keeps them until it is restarted: the answer says so.
+    fn journal_ends(&self, ops: Vec<StreamOp>, number: u64) -> Option<Queued> {
         let journal = self.journal.as_ref()?;
         if ops.is_empty() {
             return None;
         }
-        match Queued::new(journal.submit(ops), 0) {
+        let removals = Arc::clone(&self.removals);
+        match Queued::new(journal.submit_then(ops, move || removals.durable(number))) {
             Ok(queued) => Some(queued),
             Err(refusal) => Some(Queued::failed(refusal)),
         }
@@ -499,9 +499,8 @@ impl Streams {
     /// Removes `stream` if it is still expired, decided under its writer
     /// lock (an append acknowledged before restarted its clock).
     fn remove_if_expired_locked(&self, stream: &Arc<Stream>) {
-        // Numbered before a reader can see it; marked durable by the next
-        // reader's barrier (nobody waits for an expiry).
-        self.removals.begin();
+        // Numbered before a reader can see it.
+        let removal = self.removals.begin();
         let now = SystemTime::now();
         let ended = stream.end_if(|stream| {
             !stream.soft_deleted.load(Ordering::Acquire) && self.expired(stream, || now)
@@ -509,8 +508,8 @@ impl Streams {
         if let Some(ended) = ended {
             let ops = self.ended_locked(stream, ended);
             // Nobody waits for an expiry: it is durable with the next
-            // group commit.
-            drop(self.journal_ends(ops));
+            // group commit, which marks it so.
+            drop(self.journal_ends(ops, removal));
         }
     }
 

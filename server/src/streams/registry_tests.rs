@@ -538,3 +538,78 @@ async fn readers_are_told_a_stream_is_gone_only_once_its_removal_is_durable() {
     // Known durable now: a reader is answered at once.
     assert!(streams.get_for_readers("/s").now_or_never().is_some());
 }
+
+#[tokio::test]
+async fn a_message_whose_writer_went_away_is_shown_once_durable() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (streams, disk, stream) = journaled_stream(dir.path()).await;
+    let journal = streams.journal().expect("a journal");
+    let before = stream.tail_offset();
+    let mut changes = Changes::of(Arc::clone(&stream));
+    changes.mark_seen();
+    let mut waiting = Box::pin(changes.wait(Duration::from_secs(3600)));
+    assert!((&mut waiting).now_or_never().is_none(), "nothing yet");
+    let request = AppendRequest::default();
+    let held = disk.hold_commits();
+    let mut appending = Box::pin(StreamWrites::append(
+        &*streams,
+        "/s",
+        b"m",
+        &request,
+        |_: &_| Ok(()),
+    ));
+    assert!(
+        (&mut appending).now_or_never().is_none(),
+        "the append waits for its commit"
+    );
+    // Its client went away: nobody awaits the answer.
+    drop(appending);
+    drop(held);
+    // Queued after the append and showing nothing itself: answered, the
+    // append is durable.
+    journal
+        .submit(Vec::new())
+        .expect("queued")
+        .durable()
+        .await
+        .expect("durable");
+    assert_ne!(
+        stream.tail_offset(),
+        before,
+        "a durable message was not shown because its writer went away"
+    );
+    assert_eq!(
+        waiting.now_or_never(),
+        Some(true),
+        "the reader at the tail was not woken by the durable message"
+    );
+}
+
+#[tokio::test]
+async fn a_removal_nobody_awaits_is_known_durable_once_committed() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (streams, disk, _stream) = journaled_stream(dir.path()).await;
+    let journal = streams.journal().expect("a journal");
+    let held = disk.hold_commits();
+    let mut deleting = Box::pin(StreamWrites::delete(&*streams, "/s", |_: &_| Ok(())));
+    assert!(
+        (&mut deleting).now_or_never().is_none(),
+        "the deletion waits for its commit"
+    );
+    // Its client went away (as nobody awaits an expiry).
+    drop(deleting);
+    drop(held);
+    journal
+        .submit(Vec::new())
+        .expect("queued")
+        .durable()
+        .await
+        .expect("durable");
+    // Durable and known so: with the committer held, a reader that had
+    // to queue a barrier of its own would wait.
+    let _held = disk.hold_commits();
+    assert!(
+        matches!(streams.get_for_readers("/s").now_or_never(), Some(None)),
+        "a reader waited for a barrier behind a removal already durable"
+    );
+}

@@ -6,8 +6,9 @@
 //!
 //! The registry counts the removals it queues ([`Removals::begin`], under
 //! its structure lock, before any reader can see the stream go) and how
-//! many are known durable: a removal's own answer raises the mark, and so
-//! does any barrier queued after it. The journal is one ordered group
+//! many are known durable: the journal's committer raises the mark once a
+//! removal's write is durable (whether or not anyone awaits it), and so
+//! does a barrier queued after it. The journal is one ordered group
 //! commit, so a removal durable makes every one queued before it durable,
 //! and the mark is a maximum. A reader about to say "gone" waits, while
 //! the mark is behind, for a barrier queued after the removals it counted.
@@ -34,32 +35,30 @@ impl Removals {
         self.begun.fetch_add(1, Ordering::AcqRel) + 1
     }
 
-    /// Removal `number` is durable (its write answered): so is every
-    /// removal numbered before it.
+    /// Removal `number` is durable (its write, or a barrier queued after
+    /// it): so is every removal numbered before it.
     pub(crate) fn durable(&self, number: u64) {
         self.durable.fetch_max(number, Ordering::AcqRel);
     }
 
     /// Waits until every removal begun so far is durable: for a barrier in
     /// `journal`, queued by `queue` (which must take the lock the removals
-    /// queue their writes under, so that it comes after them). Returns at
-    /// once while nothing is behind; on a journal that failed it returns
+    /// queue their writes under, so that it comes after them, and mark
+    /// removal `begun`, its second argument, durable once it is). Returns
+    /// at once while nothing is behind; on a journal that failed it returns
     /// too (the removal may not be durable, and will not be until a
     /// restart).
     pub(crate) async fn settled(
         &self,
         journal: Option<&Journal>,
-        queue: impl FnOnce(&Journal) -> Option<gapless_history::JournalWait>,
+        queue: impl FnOnce(&Journal, u64) -> Option<gapless_history::JournalWait>,
     ) {
         let begun = self.begun.load(Ordering::Acquire);
         if self.durable.load(Ordering::Acquire) >= begun {
             return;
         }
-        let Some(wait) = journal.and_then(queue) else {
-            return;
-        };
-        if wait.durable().await.is_ok() {
-            self.durable(begun);
+        if let Some(wait) = journal.and_then(|journal| queue(journal, begun)) {
+            let _ = wait.durable().await;
         }
     }
 }

@@ -17,6 +17,7 @@ use super::rules::{
     decide, AppendRefusal, AppendRequest, Appended, Decision, Producer, WriterState,
 };
 use super::settings::{media_type, Settings};
+use super::shown::Shown;
 use crate::admission::Bounded;
 use gapless::{Config, EmitError, ReplayError, Ring, SingleWriter, Writer};
 use gapless_history::StreamKey;
@@ -81,14 +82,14 @@ pub(crate) struct Changes {
 impl Changes {
     /// Changes of `stream`, from its current version.
     pub(crate) fn of(stream: Arc<Stream>) -> Self {
-        let seen = stream.version.load(Ordering::SeqCst);
+        let seen = stream.shown.version();
         Self { stream, seen }
     }
 
     /// Marks the current version seen: call before reading, so a change
     /// after the read wakes [`Self::wait`].
     pub(crate) fn mark_seen(&mut self) {
-        self.seen = self.stream.version.load(Ordering::SeqCst);
+        self.seen = self.stream.shown.version();
     }
 
     /// Waits until the version passes the one seen, or `timeout`: `false`
@@ -98,10 +99,10 @@ impl Changes {
     pub(crate) async fn wait(&mut self, timeout: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            let notified = self.stream.changed.notified();
+            let notified = self.stream.shown.changed().notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if self.stream.version.load(Ordering::SeqCst) != self.seen {
+            if self.stream.shown.version() != self.seen {
                 return true;
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
@@ -154,12 +155,10 @@ pub(crate) struct Stream {
     tail: Mutex<Tail>,
     /// Mirrors the closure, for readers.
     closed: AtomicBool,
-    /// Bumped on every append, closure and deletion, before
-    /// [`Self::changed`] is notified.
-    version: AtomicU64,
-    /// Live readers wait on it ([`Changes`]): a `Notify` of a few words
-    /// where a `watch` channel took 400 bytes per stream, idle or not.
-    changed: tokio::sync::Notify,
+    /// What readers are shown (with a journal: what is durable), and the
+    /// signal live readers wait on ([`Changes`]). Shared with the changes
+    /// queued to the journal, whose committer moves it.
+    pub(super) shown: Arc<Shown>,
     /// Deleted (or expired): live readers end.
     pub(crate) gone: AtomicBool,
     /// Deleted while forks of it live: answers `410`, the path is not
@@ -190,16 +189,6 @@ pub(crate) struct Stream {
     /// With a journal (`--data-dir`): the stream's key there. `None`: the
     /// stream is in memory only.
     pub(crate) journal_key: Option<StreamKey>,
-    /// The last seq whose journal write is durable: readers are served
-    /// messages up to it, never one a power cut could still take back
-    /// (`u64::MAX` without a journal: everything published is visible).
-    durable: AtomicU64,
-    /// With a journal: its creation is durable (readers wait for it,
-    /// `settled_for_readers`); `true` without one.
-    pub(super) creation_durable: AtomicBool,
-    /// With a journal: its close is durable, and readers are told it is
-    /// closed only then; `true` without one.
-    pub(super) closure_durable: AtomicBool,
     /// The seq before the first message its first ring held: its tail
     /// while it holds none (kept in its journal record).
     ring_start: u64,
@@ -238,7 +227,7 @@ pub(crate) struct NewStream {
     /// stream's memory.
     pub(crate) client: Option<ClientCharge>,
     /// Its key in the journal (`--data-dir`); its messages are visible
-    /// once [`Stream::mark_durable`] says they are durable.
+    /// once the journal's committer marks them durable ([`Shown`]).
     pub(crate) journal_key: Option<StreamKey>,
 }
 
@@ -317,8 +306,7 @@ impl Stream {
             ring: Mutex::new(ring),
             tail: Mutex::new(tail),
             closed: AtomicBool::new(new.closed),
-            version: AtomicU64::new(0),
-            changed: tokio::sync::Notify::new(),
+            shown: Arc::new(Shown::new(new.journal_key.is_some(), new.ring_start)),
             gone: AtomicBool::new(false),
             soft_deleted: AtomicBool::new(false),
             forks: AtomicUsize::new(0),
@@ -328,12 +316,6 @@ impl Stream {
             producer_limits: new.producer_limits,
             publish_key: new.publish_key,
             client: new.client,
-            durable: AtomicU64::new(match new.journal_key {
-                Some(_) => new.ring_start,
-                None => u64::MAX,
-            }),
-            creation_durable: AtomicBool::new(new.journal_key.is_none()),
-            closure_durable: AtomicBool::new(new.journal_key.is_none()),
             journal_key: new.journal_key,
             ring_start: new.ring_start,
             kept_page: Mutex::new(None),
@@ -368,15 +350,7 @@ impl Stream {
     /// The last seq readers are served from `ring`: its published one,
     /// or with a journal the last durable one if that is lower.
     pub(crate) fn visible(&self, ring: &Ring<SingleWriter>) -> u64 {
-        ring.published().min(self.durable.load(Ordering::Acquire))
-    }
-
-    /// The journal holds the stream's messages up to `seq` durably: they
-    /// are shown to readers, and live ones woken.
-    pub(crate) fn mark_durable(&self, seq: u64) {
-        if self.durable.fetch_max(seq, Ordering::AcqRel) < seq {
-            self.wake();
-        }
+        ring.published().min(self.shown.durable_seq())
     }
 
     /// The seq a read from `start` continues after.
@@ -436,12 +410,10 @@ impl Stream {
         Ok(chunk)
     }
 
-    /// Wakes live readers (an append, a closure, a deletion): the
-    /// version first, then the waiters, so a reader that registered after
-    /// the notification sees the new version ([`Changes::wait`]).
+    /// Wakes live readers (an append, a closure, a deletion): see
+    /// [`Shown::wake`].
     pub(crate) fn wake(&self) {
-        self.version.fetch_add(1, Ordering::SeqCst);
-        self.changed.notify_waiters();
+        self.shown.wake();
     }
 
     /// `amount` of the budget and of the creating client's share.
@@ -538,10 +510,7 @@ impl Stream {
         };
         if let Decision::Answer(answer) = decide(&state, request, body.is_empty(), tail_now)? {
             let queued = match journal {
-                Some((journal, _)) => Some(Queued::new(
-                    journal.submit(Vec::new()),
-                    tail.ring().published(),
-                )?),
+                Some((journal, _)) => Some(self.barrier_under(journal, &tail)?),
                 None => None,
             };
             return Ok((answer, queued));

@@ -19,80 +19,39 @@ pub(crate) struct Restored {
     pub(crate) soft_deleted: bool,
 }
 
-/// A change of a stream queued to its journal: acknowledged once
-/// [`Queued::durable`] returns.
+/// A change queued to the journal: acknowledged once [`Queued::durable`]
+/// returns. What it shows readers is shown by then, by the journal's
+/// committer ([`Shown::on_durable`]), whether or not anyone awaits it.
 #[must_use = "a journaled change is acknowledged only once durable"]
 pub(crate) struct Queued {
     /// The journal's answer to come, or why it took nothing.
     wait: Result<JournalWait, AppendRefusal>,
-    /// The stream's last seq when the change was queued: visible once
-    /// durable.
-    seq: u64,
-    /// The change closes the stream: durable, it wakes the stream's
-    /// readers even when it adds no message (which would not raise the
-    /// durable seq, and a reader waiting at the tail would hear of the
-    /// close only at its timeout).
-    closes: bool,
 }
 
 impl Queued {
-    /// A change `submitted` when the stream's last seq was `seq`.
+    /// A change `submitted` to the journal.
     ///
     /// # Errors
     /// The journal took nothing.
     pub(crate) fn new(
         submitted: Result<JournalWait, AppendRefusal>,
-        seq: u64,
     ) -> Result<Self, AppendRefusal> {
         Ok(Self {
             wait: Ok(submitted?),
-            seq,
-            closes: false,
         })
-    }
-
-    /// The same change, one that closes the stream when `closes`.
-    pub(crate) fn closing(mut self, closes: bool) -> Self {
-        self.closes = closes;
-        self
     }
 
     /// A change the journal did not take (the memory has it): awaiting it
     /// answers `refusal`.
     pub(crate) fn failed(refusal: AppendRefusal) -> Self {
-        Self {
-            wait: Err(refusal),
-            seq: 0,
-            closes: false,
-        }
+        Self { wait: Err(refusal) }
     }
 
-    /// Waits for the change to be durable, then shows the stream's
-    /// messages up to it to readers.
+    /// Waits for the change to be durable.
     ///
     /// # Errors
     /// The journal failed (`503`) or the disk is full (`507`).
-    pub(crate) async fn durable(self, stream: &Stream) -> Result<(), AppendRefusal> {
-        self.wait?
-            .durable()
-            .await
-            .map_err(|error| journal::refusal(&error))?;
-        // Every change of the stream is queued after its creation.
-        if !stream.creation_durable.load(Ordering::Acquire) {
-            stream.creation_durable.store(true, Ordering::Release);
-        }
-        stream.mark_durable(self.seq);
-        if self.closes {
-            stream.mark_closure_durable();
-        }
-        Ok(())
-    }
-
-    /// Waits for a change that shows no messages (a deletion).
-    ///
-    /// # Errors
-    /// As [`Self::durable`].
-    pub(crate) async fn settled(self) -> Result<(), AppendRefusal> {
+    pub(crate) async fn durable(self) -> Result<(), AppendRefusal> {
         self.wait?
             .durable()
             .await
@@ -148,22 +107,26 @@ impl Stream {
                 record: self.record(tail).encode(),
             });
         }
-        Queued::new(journal.submit(ops), published).map(|queued| queued.closing(request.close))
+        self.submit_shown(journal, ops, published, request.close)
     }
 
-    /// The stream's close is durable: readers are told, and woken (a
-    /// close without a body does not move the durable seq, which wakes
-    /// them for messages).
-    fn mark_closure_durable(&self) {
-        if !self.closure_durable.swap(true, Ordering::AcqRel) {
-            self.wake();
-        }
+    /// Queues `ops`, a change made when the stream's last seq was `seq`
+    /// (`closes`: it closes the stream): once durable, the committer shows
+    /// readers the messages up to `seq`, the stream and the close.
+    pub(crate) fn submit_shown(
+        &self,
+        journal: &Journal,
+        ops: Vec<StreamOp>,
+        seq: u64,
+        closes: bool,
+    ) -> Result<Queued, AppendRefusal> {
+        Queued::new(journal.submit_then(ops, self.shown.on_durable(seq, closes)))
     }
 
     /// Whether readers are told the stream is closed: with a journal,
     /// only once its close is durable.
     pub(crate) fn closed_for_readers(&self) -> bool {
-        self.is_closed() && self.closure_durable.load(Ordering::Acquire)
+        self.is_closed() && self.shown.closure_durable()
     }
 
     /// [`Self::closed_for_readers`], once what a reader is about to be
@@ -173,19 +136,14 @@ impl Stream {
     /// restart could take back (a reader told a stream is closed stops
     /// reading it). Two loads when nothing is pending.
     pub(crate) async fn settled_for_readers(&self, journal: Option<&Journal>) -> bool {
-        let closed = self.is_closed();
-        let pending = !self.creation_durable.load(Ordering::Acquire)
-            || (closed && !self.closure_durable.load(Ordering::Acquire));
+        let pending =
+            !self.shown.creation_durable() || (self.is_closed() && !self.shown.closure_durable());
         if let (true, Some(journal)) = (pending, journal) {
             // Queued under the writer lock, so behind the change seen: a
             // close is queued under it as its flag is set, a creation
-            // before the stream can be found.
-            let durable = match self.barrier(journal) {
-                Ok(queued) => queued.durable(self).await.is_ok(),
-                Err(_) => false,
-            };
-            if durable && closed {
-                self.mark_closure_durable();
+            // before the stream can be found. Durable, it shows them.
+            if let Ok(queued) = self.barrier(journal) {
+                let _ = queued.durable().await;
             }
         }
         self.closed_for_readers()
@@ -226,7 +184,18 @@ impl Stream {
     /// The journal failed.
     pub(crate) fn barrier(&self, journal: &Journal) -> Result<Queued, AppendRefusal> {
         let tail = self.tail();
-        Queued::new(journal.submit(Vec::new()), tail.ring().published())
+        self.barrier_under(journal, &tail)
+    }
+
+    /// [`Self::barrier`], the writer lock held (`tail`): a close seen
+    /// under it was queued before the barrier.
+    pub(super) fn barrier_under(
+        &self,
+        journal: &Journal,
+        tail: &Tail,
+    ) -> Result<Queued, AppendRefusal> {
+        let published = tail.ring().published();
+        self.submit_shown(journal, Vec::new(), published, self.is_closed())
     }
 
     /// The stream's journal record as it is now.
@@ -295,11 +264,8 @@ impl Stream {
                     stream.producer_limits,
                 );
             }
-            let published = tail.ring().published();
-            stream.durable.store(published, Ordering::Release);
+            stream.shown.restored(tail.ring().published());
         }
-        stream.creation_durable.store(true, Ordering::Release);
-        stream.closure_durable.store(true, Ordering::Release);
         stream
             .soft_deleted
             .store(restored.soft_deleted, Ordering::Release);

@@ -95,13 +95,10 @@ impl StreamWrites for Streams {
             Created::Existing(stream) => (stream, false),
         };
         if let Some(queued) = queued {
-            queued
-                .durable(&stream)
-                .await
-                .map_err(|refusal| match refusal {
-                    AppendRefusal::StorageFull => CreateRefusal::StorageFull,
-                    _ => CreateRefusal::Unavailable,
-                })?;
+            queued.durable().await.map_err(|refusal| match refusal {
+                AppendRefusal::StorageFull => CreateRefusal::StorageFull,
+                _ => CreateRefusal::Unavailable,
+            })?;
         }
         Ok(CreatedStream {
             new,
@@ -123,7 +120,7 @@ impl StreamWrites for Streams {
         check(&Found::of_stream(&stream))?;
         let (appended, queued) = stream.append(body, request, self.budget(), self.journal())?;
         if let Some(queued) = queued {
-            queued.durable(&stream).await?;
+            queued.durable().await?;
         }
         self.touch(&stream);
         Ok(appended)
@@ -138,9 +135,8 @@ impl StreamWrites for Streams {
         }
         check(&Found::of_stream(&stream))?;
         let (deleted, queued) = Streams::delete_queued(self, path);
-        if let Some((queued, removal)) = queued {
-            queued.settled().await?;
-            self.removal_durable(removal);
+        if let Some(queued) = queued {
+            queued.durable().await?;
         }
         Ok(deleted)
     }
