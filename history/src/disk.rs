@@ -41,6 +41,7 @@
 //! history is open, and a second server on the same directory is refused.
 
 mod commit;
+mod log_state;
 mod record;
 mod room;
 mod streams;
@@ -63,6 +64,7 @@ use crate::{
 use bytes::Bytes;
 use commit::{GroupCommit, Op, Part, Partitions};
 use fjall::{Config, Keyspace, PartitionCreateOptions, PartitionHandle, PersistMode, Slice};
+use log_state::{event_key, put_event, put_record, show_when_durable, Log, LogState};
 use record::{LogRecord, RunRecord};
 use room::Room;
 use std::collections::HashMap;
@@ -139,50 +141,6 @@ pub(crate) fn store_error(error: fjall::Error) -> HistoryError {
     HistoryError::Unavailable(format!("disk log: {error}"))
 }
 
-/// The key of event `seq` of log `id`.
-fn event_key(id: &LogId, seq: u64) -> [u8; 24] {
-    let mut key = [0; 24];
-    key[..16].copy_from_slice(&id.to_bytes());
-    key[16..].copy_from_slice(&seq.to_be_bytes());
-    key
-}
-
-/// Writes event `seq` of log `id`.
-fn put_event(ops: &mut Vec<Op>, id: &LogId, seq: u64, payload: &Bytes) {
-    ops.push(Op::Insert(
-        Part::Events,
-        Slice::from(&event_key(id, seq)[..]),
-        Slice::from(payload.clone()),
-    ));
-}
-
-/// Writes log `id`'s record.
-fn put_record(ops: &mut Vec<Op>, id: &LogId, record: &LogRecord) {
-    ops.push(Op::Insert(
-        Part::Logs,
-        Slice::from(&id.to_bytes()[..]),
-        Slice::from(record.encode()),
-    ));
-}
-
-/// One log in memory: its record as last written, and what readers see.
-struct LogState {
-    record: LogRecord,
-    /// The last seq whose write is durable: readers see events up to it.
-    visible: u64,
-    /// When the log expires if nothing renews it.
-    expires: Instant,
-    /// The log may have lost acknowledged events (a restart after a power
-    /// cut with `--fsync never`): its next append continues it under a
-    /// new epoch.
-    lossy: bool,
-    /// Removed (deleted or expired): a caller that found it just before
-    /// answers as if it were gone.
-    removed: bool,
-}
-
-type Log = Arc<Mutex<LogState>>;
-
 /// The disk history; see the [module docs](self).
 pub struct DiskHistory {
     config: HistoryConfig,
@@ -194,7 +152,7 @@ pub struct DiskHistory {
     tokens: Tokens,
     admissions: AdmissionSets,
     /// Each followed log's visible seq, as its durable appends announce it.
-    followed: Announcer,
+    followed: Arc<Announcer>,
     /// When idle logs were last swept.
     swept: Mutex<Instant>,
     /// This process's run record (written clean when the history drops).
@@ -353,7 +311,7 @@ impl DiskHistory {
             logs: Mutex::new(logs),
             tokens: Tokens::default(),
             admissions: AdmissionSets::default(),
-            followed: Announcer::default(),
+            followed: Arc::default(),
             swept: Mutex::new(now),
             run,
             lossy,
@@ -628,7 +586,7 @@ impl History for DiskHistory {
     ) -> Result<Option<(u64, u64)>, HistoryError> {
         self.room()?;
         let log = self.log(id).ok_or(HistoryError::Gone)?;
-        let (pending, epoch, first, last) = {
+        let (pending, epoch, first) = {
             let mut state = lock(&log);
             if state.removed {
                 return Err(HistoryError::Gone);
@@ -694,15 +652,16 @@ impl History for DiskHistory {
                 record.first_retained += 1;
             }
             put_record(&mut ops, id, &record);
-            let pending = self.commit.submit(ops)?;
+            let (epoch, last) = (record.epoch, record.published);
+            let shown = show_when_durable(&log, &self.followed, *id, epoch, last);
+            let pending = self.commit.submit_then(ops, Some(shown))?;
             if renumber {
                 state.visible = 0;
                 state.lossy = false;
             }
-            let (epoch, last) = (record.epoch, record.published);
             state.record = record;
             self.renew(&mut state);
-            (pending, epoch, first, last)
+            (pending, epoch, first)
         };
         match tokio::time::timeout_at(deadline, GroupCommit::durable(pending)).await {
             Ok(durable) => durable?,
@@ -712,14 +671,6 @@ impl History for DiskHistory {
                 ))
             }
         }
-        let visible = {
-            let mut state = lock(&log);
-            if state.record.epoch == epoch {
-                state.visible = state.visible.max(last);
-            }
-            state.visible
-        };
-        self.followed.announce(id, visible);
         Ok(Some((epoch, first)))
     }
 

@@ -318,3 +318,48 @@ async fn a_reopened_store_writes_into_a_fresh_journal() {
         .expect("the log");
     assert_eq!(snapshot.events.len(), 6);
 }
+
+#[tokio::test]
+async fn an_append_whose_caller_went_away_is_seen_once_durable() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let history = open(dir.path(), Fsync::Always);
+    let id = LogId::random().expect("random");
+    assert!(history.create(&id, 7, &Meta::new()).await.expect("create"));
+    let mut follower = history.follow(&id);
+    let held = history.hold_commits();
+    let payloads = [event(1)];
+    let mut appending = Box::pin(history.append(
+        &id,
+        known(7, 0),
+        &payloads,
+        Instant::now() + Duration::from_secs(10),
+    ));
+    assert!(
+        futures_util::poll!(&mut appending).is_pending(),
+        "the append waits for its commit"
+    );
+    // Its caller went away (a client gone, an emit past its deadline).
+    drop(appending);
+    drop(held);
+    // Queued after the append: answered, the append is durable.
+    history
+        .journal_streams(Vec::new())
+        .expect("queued")
+        .durable()
+        .await
+        .expect("durable");
+    let snapshot = history.after(&id, 0, 1 << 20).await.expect("read");
+    let events = snapshot.map(|snapshot| snapshot.events).unwrap_or_default();
+    assert_eq!(
+        events,
+        vec![(1, event(1))],
+        "a durable event was not seen because its appender went away"
+    );
+    assert!(
+        matches!(
+            futures_util::poll!(Box::pin(follower.changed())),
+            std::task::Poll::Ready(Some(Change::Published(1)))
+        ),
+        "the log's follower was not told of the durable event"
+    );
+}
