@@ -415,3 +415,7 @@ async fn read(state: &Arc<ServerState>, path: &str, request: Request) -> Respons
     )
     .await
 }
+
+#[cfg(test)]
+#[path = "http_tests.rs"]
+mod tests;
