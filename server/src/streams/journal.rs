@@ -137,6 +137,12 @@ pub(crate) struct StreamRecord {
     pub(crate) publish_key: Option<String>,
     /// Deleted while forks of it live.
     pub(crate) soft_deleted: bool,
+    /// Its last read or append (ms since the Unix epoch) when the record
+    /// was written: its TTL and idle clocks continue from it after a
+    /// restart. Absent from records of earlier builds (the clocks then
+    /// restart at the start-up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) accessed_unix_ms: Option<u64>,
 }
 
 impl StreamRecord {
@@ -265,6 +271,7 @@ mod tests {
             stream_seq: Some("0042".into()),
             publish_key: None,
             soft_deleted: false,
+            accessed_unix_ms: Some(1_800_000_000_000),
         };
         let bytes = record.encode();
         assert_eq!(StreamRecord::decode(&bytes), Ok(record.clone()));
@@ -280,6 +287,15 @@ mod tests {
         for cut in 0..bytes.len() {
             assert!(StreamRecord::decode(&bytes[..cut]).is_err(), "cut at {cut}");
         }
+        // A record of an earlier build has no access: it reads as none.
+        let earlier = String::from_utf8(bytes.to_vec())
+            .expect("JSON")
+            .replace(",\"accessed_unix_ms\":1800000000000", "");
+        assert_ne!(earlier.as_bytes(), &bytes[..], "the field was written");
+        assert_eq!(
+            StreamRecord::decode(earlier.as_bytes()).map(|record| record.accessed_unix_ms),
+            Ok(None)
+        );
         let newer = StreamRecord {
             version: RECORD_VERSION + 1,
             ..record

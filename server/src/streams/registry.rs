@@ -115,7 +115,16 @@ pub(crate) struct Streams {
     /// Removals queued and known durable: readers are told a stream is
     /// gone only once its removal is.
     removals: Arc<Removals>,
+    /// With a journal: when the streams' last accesses were last written
+    /// ([`Self::journal_accesses`]).
+    accesses_journaled: Mutex<Instant>,
 }
+
+/// How often, with a journal, the record of every stream accessed since
+/// its record last said is written again: after a crash a stream's TTL
+/// and idle clocks are behind by at most this (a clean stop writes them
+/// all), and it costs one record per active stream per period.
+pub(crate) const ACCESS_JOURNAL_EVERY: Duration = Duration::from_secs(30);
 
 impl Streams {
     /// No streams yet.
@@ -138,6 +147,7 @@ impl Streams {
             producer_limits: ProducerLimits::default(),
             journal: None,
             removals: Arc::default(),
+            accesses_journaled: Mutex::new(Instant::now()),
         }
     }
 
@@ -556,7 +566,8 @@ impl Streams {
         ops
     }
 
-    /// Drops every expired or idle stream (soft-deleting those with forks).
+    /// Drops every expired or idle stream (soft-deleting those with forks),
+    /// and with a journal writes the streams' accesses when due.
     pub(crate) fn sweep(&self) {
         let now = SystemTime::now();
         for stream in self.streams.entries() {
@@ -565,11 +576,48 @@ impl Streams {
                 self.remove_if_expired_locked(&stream);
             }
         }
+        self.journal_accesses(false);
+    }
+
+    /// With a journal, every [`ACCESS_JOURNAL_EVERY`] (or now, `due`):
+    /// writes the record of every live stream accessed since its record
+    /// last said, so that its TTL and idle clocks come back after a
+    /// restart.
+    pub(crate) fn journal_accesses(&self, due: bool) {
+        let Some(journal) = self.journal.as_deref() else {
+            return;
+        };
+        {
+            let mut journaled = self
+                .accesses_journaled
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if !due && journaled.elapsed() < ACCESS_JOURNAL_EVERY {
+                return;
+            }
+            *journaled = Instant::now();
+        }
+        for stream in self.streams.entries() {
+            if let (Some(key), false) = (
+                stream.journal_key,
+                stream.soft_deleted.load(Ordering::Acquire),
+            ) {
+                stream.journal_access(journal, key);
+            }
+        }
     }
 
     /// Live streams (soft-deleted ones included).
     pub(crate) fn len(&self) -> usize {
         self.streams.len()
+    }
+}
+
+impl Drop for Streams {
+    /// A clean stop writes every stream's last access (the journal writes
+    /// what is queued before it closes).
+    fn drop(&mut self) {
+        self.journal_accesses(true);
     }
 }
 

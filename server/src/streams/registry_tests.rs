@@ -8,15 +8,15 @@
 use super::{CreateRefusal, CreateRequest, Created, Streams};
 use crate::admission::Bounded;
 use crate::streams::feed::{Feed, FeedEnd, LocalFeed, Page};
-use crate::streams::journal::Journal;
-use crate::streams::rules::{AppendRequest, Appended};
+use crate::streams::journal::{self, Journal, ProducerState, StreamRecord};
+use crate::streams::rules::{AppendRequest, Appended, Producer};
 use crate::streams::settings::Settings;
 use crate::streams::stream::Changes;
 use crate::streams::stream::Stream;
 use crate::streams::writes::StreamWrites;
 use futures_util::FutureExt;
 use gapless::Config;
-use gapless_history::DiskHistory;
+use gapless_history::{DiskHistory, StreamOp};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -611,5 +611,125 @@ async fn a_removal_nobody_awaits_is_known_durable_once_committed() {
     assert!(
         matches!(streams.get_for_readers("/s").now_or_never(), Some(None)),
         "a reader waited for a barrier behind a removal already durable"
+    );
+}
+
+fn create_with_ttl(path: &str, ttl_secs: u64) -> CreateRequest {
+    CreateRequest {
+        settings: settings(None, Some(ttl_secs)),
+        ..create_request(path)
+    }
+}
+
+/// Waits until everything queued to `streams`' journal so far is durable.
+async fn journal_settled(streams: &Streams) {
+    streams
+        .journal()
+        .expect("a journal")
+        .submit(Vec::new())
+        .expect("queued")
+        .durable()
+        .await
+        .expect("durable");
+}
+
+#[tokio::test]
+async fn the_accesses_are_journaled_when_due_and_only_when_changed() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (streams, disk, stream) = journaled_stream(dir.path()).await;
+    let accessed = |disk: &DiskHistory| -> u64 {
+        let stored = disk.stored_streams().expect("the journal reads");
+        let record = StreamRecord::decode(&stored[0].record).expect("a record");
+        record.accessed_unix_ms.expect("the record says when")
+    };
+    let created = accessed(&disk);
+    stream.accessed_ago(Duration::from_secs(200));
+    streams.journal_accesses(true);
+    journal_settled(&streams).await;
+    let written = accessed(&disk);
+    let expected = journal::unix_ms_now() - 200_000;
+    assert!(
+        written.abs_diff(expected) < 5_000,
+        "the record says {written}, the access was about {expected} (created {created})"
+    );
+    // Nothing accessed since: nothing written again.
+    let batches = disk.commit_stats().batches;
+    streams.journal_accesses(true);
+    journal_settled(&streams).await;
+    assert_eq!(
+        disk.commit_stats().batches,
+        batches + 1,
+        "a record was written again for a stream not accessed since"
+    );
+}
+
+#[tokio::test]
+async fn a_streams_clocks_come_back_after_a_restart() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    {
+        let (streams, _disk) = journaled_registry(dir.path());
+        for (path, ttl) in [("/kept", 300), ("/expired", 100)] {
+            StreamWrites::create(&*streams, create_with_ttl(path, ttl))
+                .await
+                .expect("created");
+            let stream = streams.get(path).expect("the stream");
+            // Read or appended to last 200 s ago.
+            stream.accessed_ago(Duration::from_secs(200));
+        }
+        // A clean stop (the registry dropped) writes the accesses.
+    }
+    let (streams, _disk) = journaled_registry(dir.path());
+    let journal = streams.journal().expect("a journal");
+    crate::streams::restore::restore(&streams, journal)
+        .await
+        .expect("restored");
+    let kept = streams.get("/kept").expect("within its TTL: kept");
+    assert!(
+        (200_000..300_000).contains(&kept.idle_ms()),
+        "its idle clock restarted: idle for {} ms",
+        kept.idle_ms()
+    );
+    assert!(
+        streams.get("/expired").is_none(),
+        "idle past its TTL of 100 s before the restart, and still served"
+    );
+}
+
+#[tokio::test]
+async fn a_producers_idle_clock_comes_back_after_a_restart() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    {
+        let (streams, _disk, stream) = journaled_stream(dir.path()).await;
+        // Producer p last appended 500 s ago (within the idle limit).
+        let state = ProducerState {
+            producer: Producer {
+                epoch: 0,
+                last_seq: 3,
+            },
+            at_unix_ms: journal::unix_ms_now() - 500_000,
+        };
+        let op = StreamOp::Producer {
+            stream: stream.journal_key.expect("journaled"),
+            id: bytes::Bytes::from_static(b"p"),
+            state: state.encode(),
+        };
+        let journal = streams.journal().expect("a journal");
+        journal
+            .submit(vec![op])
+            .expect("queued")
+            .durable()
+            .await
+            .expect("durable");
+    }
+    let (streams, _disk) = journaled_registry(dir.path());
+    let journal = streams.journal().expect("a journal");
+    crate::streams::restore::restore(&streams, journal)
+        .await
+        .expect("restored");
+    let stream = streams.get("/s").expect("the stream");
+    let idle = stream.producer_idle_ms("p").expect("the producer is kept");
+    assert!(
+        (500_000..505_000).contains(&idle),
+        "its idle clock restarted: idle for {idle} ms"
     );
 }

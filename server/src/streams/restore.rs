@@ -10,10 +10,11 @@
 //! generation the stream has no position in, and is refused rather than
 //! served other messages.
 //!
-//! What does not come back: a stream's idle and TTL clocks restart at the
-//! start-up, a producer's idle time counts from it too (one idle past the
-//! limit before the restart is forgotten), and streams are not charged to
-//! their creating client's share of the budget again.
+//! A stream's idle and TTL clocks continue from the last access its record
+//! holds (written every `ACCESS_JOURNAL_EVERY` for the streams accessed
+//! since, and at a clean stop), a producer's from its last append. What
+//! does not come back: streams are not charged to their creating client's
+//! share of the budget again.
 
 use super::journal::{Journal, ProducerState, StreamRecord};
 use super::stream::{MakeError, NewStream, Restored, Stream};
@@ -218,6 +219,7 @@ pub(crate) async fn restore(streams: &Streams, journal: &Journal) -> Result<Repo
                 stream_seq: record.stream_seq.clone(),
                 closed_by: record.closed_by.clone(),
                 soft_deleted: record.soft_deleted,
+                accessed_unix_ms: record.accessed_unix_ms,
             },
             parts.memory,
         )

@@ -166,11 +166,15 @@ pub(crate) struct Stream {
     pub(crate) soft_deleted: AtomicBool,
     /// Live forks of this stream.
     pub(crate) forks: AtomicUsize,
-    /// Milliseconds since `origin` of the last access. An append sets it
-    /// under the stream's writer lock, so an expiry decided under that lock
-    /// never removes a stream an acknowledged append had kept alive.
-    pub(crate) last_access_ms: AtomicU64,
-    /// The registry's clock origin (`last_access_ms` counts from it).
+    /// The last access, on the registry's clock ([`clock_ms`]). An append
+    /// sets it under the stream's writer lock, so an expiry decided under
+    /// that lock never removes a stream an acknowledged append had kept
+    /// alive.
+    last_access_ms: AtomicU64,
+    /// With a journal: the last access its journal record holds (what
+    /// [`Stream::access_changed`] compares with).
+    journaled_access_ms: AtomicU64,
+    /// The registry's clock origin (the stream's clocks count from it).
     origin: Instant,
     /// A fork's source, the very stream it counted itself on (its
     /// `forks`): a source cannot be removed while a fork lives, so this is
@@ -310,7 +314,8 @@ impl Stream {
             gone: AtomicBool::new(false),
             soft_deleted: AtomicBool::new(false),
             forks: AtomicUsize::new(0),
-            last_access_ms: AtomicU64::new(millis_since(new.origin)),
+            last_access_ms: AtomicU64::new(clock_ms(new.origin)),
+            journaled_access_ms: AtomicU64::new(0),
             origin: new.origin,
             source: new.source,
             producer_limits: new.producer_limits,
@@ -427,12 +432,12 @@ impl Stream {
     /// Restarts the stream's TTL and idle clocks.
     pub(crate) fn touch(&self) {
         self.last_access_ms
-            .store(millis_since(self.origin), Ordering::Relaxed);
+            .store(clock_ms(self.origin), Ordering::Relaxed);
     }
 
     /// Milliseconds since the last access.
     pub(crate) fn idle_ms(&self) -> u64 {
-        millis_since(self.origin).saturating_sub(self.last_access_ms.load(Ordering::Relaxed))
+        clock_ms(self.origin).saturating_sub(self.last_access_ms.load(Ordering::Relaxed))
     }
 
     /// Ends the stream if `still(self)` holds, decided under its writer
@@ -486,7 +491,7 @@ impl Stream {
                 .map_err(AppendRefusal::Json),
             (false, false) => Ok(Some(Cow::Borrowed(body))),
         };
-        let now = millis_since(self.origin);
+        let now = clock_ms(self.origin);
         let mut tail = self.tail();
         if self.gone.load(Ordering::Acquire) || self.soft_deleted.load(Ordering::Acquire) {
             return Err(AppendRefusal::Gone);
@@ -585,6 +590,14 @@ impl Stream {
     #[cfg(test)]
     pub(crate) fn producers_kept(&self) -> usize {
         self.tail().producers.len()
+    }
+
+    /// How long producer `id` has been idle, if the stream keeps it (tests).
+    #[cfg(test)]
+    pub(crate) fn producer_idle_ms(&self, id: &str) -> Option<u64> {
+        let tail = self.tail();
+        let entry = tail.producers.get(id)?;
+        Some(clock_ms(self.origin).saturating_sub(entry.last_append_ms))
     }
 
     /// Appends `payload` as it is (a create's initial body, a fork's
@@ -727,9 +740,15 @@ pub(crate) enum Ended {
     SoftDeleted,
 }
 
-/// Milliseconds since `origin`.
-fn millis_since(origin: Instant) -> u64 {
-    u64::try_from(origin.elapsed().as_millis()).unwrap_or(u64::MAX)
+/// What a stream's clocks (last access, producers' last appends) read in
+/// at `origin`: ahead of 0 by this much, so that a time before the
+/// start-up (restored from the journal) is a reading too.
+const CLOCK_BIAS_MS: u64 = 1 << 42;
+
+/// The registry's clock now: milliseconds since `origin`, plus
+/// [`CLOCK_BIAS_MS`].
+fn clock_ms(origin: Instant) -> u64 {
+    CLOCK_BIAS_MS.saturating_add(u64::try_from(origin.elapsed().as_millis()).unwrap_or(u64::MAX))
 }
 
 impl Tail {

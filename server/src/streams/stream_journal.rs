@@ -3,8 +3,8 @@
 //! on, its record, and the stream rebuilt from the journal at start-up.
 
 use super::{
-    AppendRefusal, AppendRequest, Arc, Bounded, MakeError, NewStream, Ordering, Producer, Stream,
-    Tail, PRODUCER_ENTRY_BYTES,
+    clock_ms, AppendRefusal, AppendRequest, Arc, Bounded, MakeError, NewStream, Ordering, Producer,
+    Stream, Tail, PRODUCER_ENTRY_BYTES,
 };
 use crate::streams::journal::{self, Journal, ProducerState, StreamRecord};
 use gapless_history::{JournalWait, StreamKey, StreamOp};
@@ -17,6 +17,9 @@ pub(crate) struct Restored {
     pub(crate) stream_seq: Option<String>,
     pub(crate) closed_by: Option<(String, u64, u64)>,
     pub(crate) soft_deleted: bool,
+    /// When it was last accessed (ms since the Unix epoch), if the record
+    /// says: its TTL and idle clocks continue from it.
+    pub(crate) accessed_unix_ms: Option<u64>,
 }
 
 /// A change queued to the journal: acknowledged once [`Queued::durable`]
@@ -174,7 +177,50 @@ impl Stream {
             stream_seq: tail.stream_seq.clone(),
             publish_key: self.publish_key.map(|key| key.to_string()),
             soft_deleted: self.soft_deleted.load(Ordering::Acquire),
+            accessed_unix_ms: Some(self.accessed_unix_ms()),
         }
+    }
+
+    /// The last access as a wall-clock time (ms since the Unix epoch), and
+    /// noted as the one the journal holds (call it for a record to write).
+    fn accessed_unix_ms(&self) -> u64 {
+        let access = self.last_access_ms.load(Ordering::Relaxed);
+        self.journaled_access_ms.store(access, Ordering::Relaxed);
+        journal::unix_ms_now().saturating_sub(clock_ms(self.origin).saturating_sub(access))
+    }
+
+    /// The stream's clock `ago` before now.
+    fn clock_ago(&self, ago: std::time::Duration) -> u64 {
+        clock_ms(self.origin).saturating_sub(u64::try_from(ago.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    /// Sets the last access `ago` before now (tests of the clocks).
+    #[cfg(test)]
+    pub(crate) fn accessed_ago(&self, ago: std::time::Duration) {
+        self.last_access_ms
+            .store(self.clock_ago(ago), Ordering::Relaxed);
+    }
+
+    /// Whether the stream was accessed since its journal record last said.
+    fn access_changed(&self) -> bool {
+        self.last_access_ms.load(Ordering::Relaxed)
+            != self.journaled_access_ms.load(Ordering::Relaxed)
+    }
+
+    /// Writes the stream's record again when it was accessed since the
+    /// record last said (its TTL and idle clocks survive a crash to within
+    /// how often this runs). Nobody waits for it: a journal that failed
+    /// simply leaves the older access on disk.
+    pub(crate) fn journal_access(&self, journal: &Journal, key: StreamKey) {
+        let tail = self.tail();
+        if !self.access_changed() || self.gone.load(Ordering::Acquire) {
+            return;
+        }
+        let record = StreamOp::Record {
+            stream: key,
+            record: self.record(&tail).encode(),
+        };
+        drop(journal.submit(vec![record]));
     }
 
     /// A barrier in the journal: durable once every change of the stream
@@ -259,12 +305,17 @@ impl Stream {
                 let _ = tail.record_producer(
                     &id,
                     state.producer,
-                    0,
+                    stream.clock_ago(journal::since_unix_ms(state.at_unix_ms)),
                     Some(charge),
                     stream.producer_limits,
                 );
             }
             stream.shown.restored(tail.ring().published());
+        }
+        if let Some(at) = restored.accessed_unix_ms {
+            let access = stream.clock_ago(journal::since_unix_ms(at));
+            stream.last_access_ms.store(access, Ordering::Relaxed);
+            stream.journaled_access_ms.store(access, Ordering::Relaxed);
         }
         stream
             .soft_deleted
