@@ -64,7 +64,7 @@ use crate::{
 use bytes::Bytes;
 use commit::{GroupCommit, Op, Part, Partitions};
 use fjall::{Config, Keyspace, PartitionCreateOptions, PartitionHandle, PersistMode, Slice};
-use log_state::{event_key, put_event, put_record, show_when_durable, Log, LogState};
+use log_state::{event_key, put_event, put_record, Log, LogState};
 use record::{LogRecord, RunRecord};
 use room::Room;
 use std::collections::HashMap;
@@ -275,13 +275,8 @@ impl DiskHistory {
             let id = LogId::from_bytes(id);
             match LogRecord::decode(&value) {
                 Ok(record) => {
-                    let state = LogState {
-                        visible: record.published,
-                        record,
-                        expires: now + config.idle,
-                        lossy,
-                        removed: false,
-                    };
+                    let published = record.published;
+                    let state = LogState::new(record, published, now + config.idle, lossy);
                     logs.insert(id, Arc::new(Mutex::new(state)));
                 }
                 Err(why) => tracing::warn!(
@@ -486,11 +481,12 @@ impl DiskHistory {
             return Ok(None);
         }
         self.renew(&mut state);
-        let events = self.read_events(id, after, state.visible, max_bytes)?;
+        let visible = state.visible();
+        let events = self.read_events(id, after, visible, max_bytes)?;
         Ok(Some(Snapshot {
             epoch: state.record.epoch,
-            published: state.visible,
-            first_retained: state.record.first_retained.min(state.visible + 1),
+            published: visible,
+            first_retained: state.record.first_retained.min(visible + 1),
             events,
             meta: pick(&state.record.meta, fields),
         }))
@@ -555,13 +551,7 @@ impl History for DiskHistory {
         };
         let mut ops = Vec::new();
         put_record(&mut ops, id, &record);
-        let state = LogState {
-            record,
-            visible: 0,
-            expires: Instant::now() + self.config.idle,
-            lossy: false,
-            removed: false,
-        };
+        let state = LogState::new(record, 0, Instant::now() + self.config.idle, false);
         let pending = {
             let mut logs = lock(&self.logs);
             if logs.contains_key(id) {
@@ -653,10 +643,18 @@ impl History for DiskHistory {
             }
             put_record(&mut ops, id, &record);
             let (epoch, last) = (record.epoch, record.published);
-            let shown = show_when_durable(&log, &self.followed, *id, epoch, last);
-            let pending = self.commit.submit_then(ops, Some(shown))?;
+            let before = renumber.then(|| state.renumbered(epoch));
+            let shown = state.show_when_durable(&self.followed, *id, epoch, last);
+            let pending = match self.commit.submit_then(ops, Some(shown)) {
+                Ok(pending) => pending,
+                Err(error) => {
+                    if let Some(before) = before {
+                        state.unrenumbered(before);
+                    }
+                    return Err(error);
+                }
+            };
             if renumber {
-                state.visible = 0;
                 state.lossy = false;
             }
             state.record = record;
@@ -694,7 +692,7 @@ impl History for DiskHistory {
     }
 
     fn follow(&self, id: &LogId) -> DiskFollower {
-        let visible = self.log(id).map_or(0, |log| lock(&log).visible);
+        let visible = self.log(id).map_or(0, |log| lock(&log).visible());
         self.followed.follow(id, visible)
     }
 

@@ -864,6 +864,14 @@ async fn reap_idle_sessions(state: Weak<ServerState>, mut shutdown: watch::Recei
             Some(state) => {
                 state.reap_idle();
                 state.streams.sweep();
+                if state.streams.accesses_due() {
+                    // A lock and a record per stream accessed: not on the
+                    // runtime's threads.
+                    let streams = Arc::clone(&state.streams);
+                    drop(tokio::task::spawn_blocking(move || {
+                        streams.journal_accesses();
+                    }));
+                }
             }
             None => return,
         }

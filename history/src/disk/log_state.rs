@@ -37,11 +37,20 @@ pub(super) fn put_record(ops: &mut Vec<Op>, id: &LogId, record: &LogRecord) {
     ));
 }
 
+/// A log's last durable seq, and the epoch it counts in: readers see
+/// events up to it. Behind a lock of its own, never held across I/O (the
+/// log's is, around the store's reads): the committer thread moves it.
+#[derive(Debug)]
+pub(super) struct Visible {
+    epoch: u64,
+    seq: u64,
+}
+
 /// One log in memory: its record as last written, and what readers see.
 pub(super) struct LogState {
     pub(super) record: LogRecord,
-    /// The last seq whose write is durable: readers see events up to it.
-    pub(super) visible: u64,
+    /// What readers see of it (shared with its appends' [`OnDurable`]s).
+    visible: Arc<Mutex<Visible>>,
     /// When the log expires if nothing renews it.
     pub(super) expires: Instant,
     /// The log may have lost acknowledged events (a restart after a power
@@ -55,26 +64,62 @@ pub(super) struct LogState {
 
 pub(super) type Log = Arc<Mutex<LogState>>;
 
-/// What the committer runs once an append of `log` (`id`) up to `last`
-/// under `epoch` is durable: readers see it, its followers are told. Run by
-/// the committer, not by the appender (who may have gone away, or passed
-/// its deadline), so a durable event never waits for the next append.
-pub(super) fn show_when_durable(
-    log: &Log,
-    followed: &Arc<Announcer>,
-    id: LogId,
-    epoch: u64,
-    last: u64,
-) -> OnDurable {
-    let (log, followed) = (Arc::clone(log), Arc::clone(followed));
-    Box::new(move || {
-        let visible = {
-            let mut state = lock(&log);
-            if state.record.epoch == epoch {
-                state.visible = state.visible.max(last);
-            }
-            state.visible
-        };
-        followed.announce(&id, visible);
-    })
+impl LogState {
+    /// A log holding `record`, its events up to `visible` durable.
+    pub(super) fn new(record: LogRecord, visible: u64, expires: Instant, lossy: bool) -> Self {
+        Self {
+            visible: Arc::new(Mutex::new(Visible {
+                epoch: record.epoch,
+                seq: visible,
+            })),
+            record,
+            expires,
+            lossy,
+            removed: false,
+        }
+    }
+
+    /// The last seq readers see.
+    pub(super) fn visible(&self) -> u64 {
+        lock(&self.visible).seq
+    }
+
+    /// The log continues under `epoch`, nothing of it visible yet: call it
+    /// before queuing the append that renumbers it (its [`OnDurable`]
+    /// compares epochs, and may run before the queuing returns). Returns
+    /// what was visible, for [`Self::unrenumbered`] if the queuing fails.
+    pub(super) fn renumbered(&self, epoch: u64) -> Visible {
+        std::mem::replace(&mut *lock(&self.visible), Visible { epoch, seq: 0 })
+    }
+
+    /// Undoes [`Self::renumbered`] (`before`: what it returned): the append
+    /// was not queued.
+    pub(super) fn unrenumbered(&self, before: Visible) {
+        *lock(&self.visible) = before;
+    }
+
+    /// What the committer runs once an append of this log (`id`) up to
+    /// `last` under `epoch` is durable: readers see it, its followers are
+    /// told. Run by the committer, not by the appender (who may have gone
+    /// away, or passed its deadline), so a durable event never waits for
+    /// the next append; it takes only [`Visible`]'s lock.
+    pub(super) fn show_when_durable(
+        &self,
+        followed: &Arc<Announcer>,
+        id: LogId,
+        epoch: u64,
+        last: u64,
+    ) -> OnDurable {
+        let (visible, followed) = (Arc::clone(&self.visible), Arc::clone(followed));
+        Box::new(move || {
+            let seq = {
+                let mut visible = lock(&visible);
+                if visible.epoch == epoch {
+                    visible.seq = visible.seq.max(last);
+                }
+                visible.seq
+            };
+            followed.announce(&id, seq);
+        })
+    }
 }

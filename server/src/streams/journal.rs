@@ -37,6 +37,19 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// The version of [`StreamRecord`]'s encoding.
 pub(crate) const RECORD_VERSION: u32 = 1;
 
+/// How often, with a journal, the record of every `Stream-TTL` stream
+/// accessed since its record last said is written again (one record per
+/// active such stream per period). After a crash, the access a record
+/// holds may be this much older than the last one: a restored stream's TTL
+/// clock counts from this much after it (plus a second, the sweep's
+/// period), so that a crash shortens no stream's life.
+pub(crate) const ACCESS_JOURNAL_EVERY: Duration = Duration::from_secs(30);
+
+/// How much later than its record says a restored `Stream-TTL` stream's
+/// last access may have been: a period of [`ACCESS_JOURNAL_EVERY`] and the
+/// registry's sweep (a second).
+pub(crate) const ACCESS_SLACK: Duration = Duration::from_secs(31);
+
 /// The disk history this process's streams are journaled to.
 pub(crate) struct Journal {
     disk: Arc<DiskHistory>,

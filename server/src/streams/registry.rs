@@ -115,16 +115,10 @@ pub(crate) struct Streams {
     /// Removals queued and known durable: readers are told a stream is
     /// gone only once its removal is.
     removals: Arc<Removals>,
-    /// With a journal: when the streams' last accesses were last written
-    /// ([`Self::journal_accesses`]).
+    /// With a journal: when the `Stream-TTL` streams' last accesses were
+    /// last written ([`Self::journal_accesses`]).
     accesses_journaled: Mutex<Instant>,
 }
-
-/// How often, with a journal, the record of every stream accessed since
-/// its record last said is written again: after a crash a stream's TTL
-/// and idle clocks are behind by at most this (a clean stop writes them
-/// all), and it costs one record per active stream per period.
-pub(crate) const ACCESS_JOURNAL_EVERY: Duration = Duration::from_secs(30);
 
 impl Streams {
     /// No streams yet.
@@ -232,8 +226,8 @@ impl Streams {
     /// only for a stream with an `Expires-At` (an append reads the clock
     /// once, in [`Stream::idle_ms`], when the stream has none).
     fn expired(&self, stream: &Stream, now: impl FnOnce() -> SystemTime) -> bool {
-        let idle_ms = stream.idle_ms();
-        stream.settings.expired(idle_ms, now) || u128::from(idle_ms) >= self.idle.as_millis()
+        stream.settings.expired(stream.since_access_ms(), now)
+            || u128::from(stream.idle_ms()) >= self.idle.as_millis()
     }
 
     /// The stream at `path`, if it is live or soft-deleted (an expired one
@@ -576,33 +570,41 @@ impl Streams {
                 self.remove_if_expired_locked(&stream);
             }
         }
-        self.journal_accesses(false);
     }
 
-    /// With a journal, every [`ACCESS_JOURNAL_EVERY`] (or now, `due`):
-    /// writes the record of every live stream accessed since its record
-    /// last said, so that its TTL and idle clocks come back after a
-    /// restart.
-    pub(crate) fn journal_accesses(&self, due: bool) {
+    /// Whether, with a journal, [`Self::journal_accesses`] is due (every
+    /// [`journal::ACCESS_JOURNAL_EVERY`]): `true` claims this period's pass.
+    pub(crate) fn accesses_due(&self) -> bool {
+        if self.journal.is_none() {
+            return false;
+        }
+        let mut journaled = self
+            .accesses_journaled
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if journaled.elapsed() < journal::ACCESS_JOURNAL_EVERY {
+            return false;
+        }
+        *journaled = Instant::now();
+        true
+    }
+
+    /// With a journal: writes the record of every live `Stream-TTL` stream
+    /// accessed since its record last said, so that its TTL clock comes
+    /// back after a restart (the idle clock restarts there: downtime is
+    /// not idleness). Nothing while the disk is full (the records would
+    /// fail the journal, not just be refused). A lock and an encoded
+    /// record per stream: run it off the runtime's threads.
+    pub(crate) fn journal_accesses(&self) {
         let Some(journal) = self.journal.as_deref() else {
             return;
         };
-        {
-            let mut journaled = self
-                .accesses_journaled
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            if !due && journaled.elapsed() < ACCESS_JOURNAL_EVERY {
-                return;
-            }
-            *journaled = Instant::now();
+        if journal.room().is_err() {
+            return;
         }
         for stream in self.streams.entries() {
-            if let (Some(key), false) = (
-                stream.journal_key,
-                stream.soft_deleted.load(Ordering::Acquire),
-            ) {
-                stream.journal_access(journal, key);
+            if stream.settings.ttl_secs.is_some() && !stream.soft_deleted.load(Ordering::Acquire) {
+                stream.journal_access(journal);
             }
         }
     }
@@ -614,10 +616,10 @@ impl Streams {
 }
 
 impl Drop for Streams {
-    /// A clean stop writes every stream's last access (the journal writes
-    /// what is queued before it closes).
+    /// A clean stop writes the `Stream-TTL` streams' last accesses (the
+    /// journal writes what is queued before it closes).
     fn drop(&mut self) {
-        self.journal_accesses(true);
+        self.journal_accesses();
     }
 }
 

@@ -10,11 +10,13 @@
 //! generation the stream has no position in, and is refused rather than
 //! served other messages.
 //!
-//! A stream's idle and TTL clocks continue from the last access its record
-//! holds (written every `ACCESS_JOURNAL_EVERY` for the streams accessed
-//! since, and at a clean stop), a producer's from its last append. What
-//! does not come back: streams are not charged to their creating client's
-//! share of the budget again.
+//! A `Stream-TTL` stream's TTL clock continues from the last access its
+//! record holds (written every `journal::ACCESS_JOURNAL_EVERY` for those
+//! accessed since, and at a clean stop; counted from `journal::ACCESS_SLACK`
+//! after it), a producer's idle clock from its last append; the
+//! `--idle-timeout` clock restarts (downtime is not idleness). What does
+//! not come back: streams are not charged to their creating client's share
+//! of the budget again.
 
 use super::journal::{Journal, ProducerState, StreamRecord};
 use super::stream::{MakeError, NewStream, Restored, Stream};

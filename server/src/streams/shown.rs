@@ -83,33 +83,22 @@ impl Shown {
         self.closure_durable.load(Ordering::Acquire)
     }
 
-    /// The journal holds the stream's messages up to `seq` durably: they
-    /// are shown, and live readers woken.
-    pub(crate) fn mark_durable(&self, seq: u64) {
-        if self.durable.fetch_max(seq, Ordering::AcqRel) < seq {
-            self.wake();
-        }
-    }
-
-    /// The stream's close is durable: readers are told, and woken (a close
-    /// without a body does not move the durable seq, which wakes them for
-    /// messages).
-    pub(crate) fn mark_closure_durable(&self) {
-        if !self.closure_durable.swap(true, Ordering::AcqRel) {
-            self.wake();
-        }
-    }
-
     /// A change of the stream queued when its last seq was `seq` is
     /// durable (`closes`: it closed the stream): every change of a stream
-    /// is queued after its creation, so that is durable too.
-    pub(crate) fn change_durable(&self, seq: u64, closes: bool) {
+    /// is queued after its creation, so that is durable too. Its messages
+    /// are shown before its close (a reader told the stream is closed
+    /// before it sees the last message would stop short of it), then live
+    /// readers are woken, once.
+    fn change_durable(&self, seq: u64, closes: bool) {
         if !self.creation_durable.load(Ordering::Acquire) {
             self.creation_durable.store(true, Ordering::Release);
         }
-        self.mark_durable(seq);
-        if closes {
-            self.mark_closure_durable();
+        let shown = self.durable.fetch_max(seq, Ordering::AcqRel) < seq;
+        // A close without a body does not move the durable seq: it wakes
+        // the readers itself.
+        let closed = closes && !self.closure_durable.swap(true, Ordering::AcqRel);
+        if shown || closed {
+            self.wake();
         }
     }
 

@@ -435,9 +435,18 @@ impl Stream {
             .store(clock_ms(self.origin), Ordering::Relaxed);
     }
 
-    /// Milliseconds since the last access.
-    pub(crate) fn idle_ms(&self) -> u64 {
+    /// Milliseconds since the last access, however long ago (a restored
+    /// stream's may be before the start-up): its `Stream-TTL` clock.
+    pub(crate) fn since_access_ms(&self) -> u64 {
         clock_ms(self.origin).saturating_sub(self.last_access_ms.load(Ordering::Relaxed))
+    }
+
+    /// Milliseconds since the last access or the start-up, whichever came
+    /// later: the `--idle-timeout` clock. The server's downtime is not a
+    /// client's idleness (a long deploy frees no stream).
+    pub(crate) fn idle_ms(&self) -> u64 {
+        let access = self.last_access_ms.load(Ordering::Relaxed);
+        clock_ms(self.origin).saturating_sub(access.max(CLOCK_BIAS_MS))
     }
 
     /// Ends the stream if `still(self)` holds, decided under its writer

@@ -177,13 +177,14 @@ impl Stream {
             stream_seq: tail.stream_seq.clone(),
             publish_key: self.publish_key.map(|key| key.to_string()),
             soft_deleted: self.soft_deleted.load(Ordering::Acquire),
-            accessed_unix_ms: Some(self.accessed_unix_ms()),
+            accessed_unix_ms: Some(self.note_access_journaled()),
         }
     }
 
-    /// The last access as a wall-clock time (ms since the Unix epoch), and
-    /// noted as the one the journal holds (call it for a record to write).
-    fn accessed_unix_ms(&self) -> u64 {
+    /// Notes the last access as the one the journal holds (a record being
+    /// written says it), and returns it as a wall-clock time (ms since the
+    /// Unix epoch).
+    fn note_access_journaled(&self) -> u64 {
         let access = self.last_access_ms.load(Ordering::Relaxed);
         self.journaled_access_ms.store(access, Ordering::Relaxed);
         journal::unix_ms_now().saturating_sub(clock_ms(self.origin).saturating_sub(access))
@@ -208,10 +209,13 @@ impl Stream {
     }
 
     /// Writes the stream's record again when it was accessed since the
-    /// record last said (its TTL and idle clocks survive a crash to within
-    /// how often this runs). Nobody waits for it: a journal that failed
-    /// simply leaves the older access on disk.
-    pub(crate) fn journal_access(&self, journal: &Journal, key: StreamKey) {
+    /// record last said (its TTL clock survives a crash to within how
+    /// often this runs). Nobody waits for it: a journal that failed simply
+    /// leaves the older access on disk.
+    pub(crate) fn journal_access(&self, journal: &Journal) {
+        let Some(key) = self.journal_key else {
+            return;
+        };
         let tail = self.tail();
         if !self.access_changed() || self.gone.load(Ordering::Acquire) {
             return;
@@ -313,6 +317,11 @@ impl Stream {
             stream.shown.restored(tail.ring().published());
         }
         if let Some(at) = restored.accessed_unix_ms {
+            // The record may be a period behind the last access (a crash
+            // before the next pass): counted from after it, a crash
+            // shortens no stream's life.
+            let slack = u64::try_from(journal::ACCESS_SLACK.as_millis()).unwrap_or(u64::MAX);
+            let at = at.saturating_add(slack);
             let access = stream.clock_ago(journal::since_unix_ms(at));
             stream.last_access_ms.store(access, Ordering::Relaxed);
             stream.journaled_access_ms.store(access, Ordering::Relaxed);

@@ -36,7 +36,8 @@ pub(super) const PRODUCER_ENTRY_BYTES: u64 = 96;
 /// One idempotent producer the stream knows.
 pub(super) struct ProducerEntry {
     pub(super) state: Producer,
-    /// Milliseconds since the stream's clock origin of its last append.
+    /// Its last append, on the stream's clock (`clock_ms`: a restored
+    /// producer's may read before the start-up).
     pub(super) last_append_ms: u64,
     /// The stream's count of producer appends at its last one: the
     /// smallest is the producer idle longest (milliseconds tie).
