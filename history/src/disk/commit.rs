@@ -514,6 +514,35 @@ mod tests {
     }
 
     #[test]
+    fn what_follows_a_write_does_not_run_when_the_write_fails() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (_keyspace, commit) = committer(dir.path(), Duration::from_secs(3600));
+        let (ran, runs) = mpsc::channel();
+        let held = commit.hold();
+        let op = Op::Insert(
+            Part::StreamEvents,
+            Slice::from(&b"k"[..]),
+            Slice::from(&b"v"[..]),
+        );
+        let then: OnDurable = Box::new(move || {
+            let _ = ran.send(());
+        });
+        let pending = commit.submit_then(vec![op], Some(then)).expect("queued");
+        // The history fails before the committer writes it.
+        let _ = commit
+            .counters
+            .failed
+            .set(HistoryError::Unavailable("a failed fdatasync".into()));
+        drop(held);
+        assert!(
+            pending.blocking_recv().expect("answered").is_err(),
+            "the write was not refused"
+        );
+        assert!(runs.try_recv().is_err(), "it ran for a write that failed");
+        commit.close();
+    }
+
+    #[test]
     fn the_store_size_is_measured_again_once_due() {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let (keyspace, commit) = committer(dir.path(), Duration::ZERO);
