@@ -156,6 +156,12 @@ pub(crate) struct StreamRecord {
     /// restart at the start-up).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) accessed_unix_ms: Option<u64>,
+    /// The creating client's key (an IPv4 address, or an IPv6 `/64` as its
+    /// first address), whose share of the memory budget the stream is
+    /// charged to again after a restart. Absent for a stream made without
+    /// a client address, and in records of earlier builds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) client: Option<String>,
 }
 
 impl StreamRecord {
@@ -285,6 +291,7 @@ mod tests {
             publish_key: None,
             soft_deleted: false,
             accessed_unix_ms: Some(1_800_000_000_000),
+            client: Some("2001:db8::".into()),
         };
         let bytes = record.encode();
         assert_eq!(StreamRecord::decode(&bytes), Ok(record.clone()));

@@ -197,6 +197,7 @@ impl Streams {
             origin: self.origin,
             producer_limits: self.producer_limits,
             memory: &self.memory,
+            client_shares: &self.client_shares,
         }
     }
 
@@ -638,6 +639,7 @@ pub(super) struct RegistryParts<'a> {
     pub(super) origin: Instant,
     pub(super) producer_limits: ProducerLimits,
     pub(super) memory: &'a Arc<Bounded>,
+    pub(super) client_shares: &'a Arc<ClientShares>,
 }
 
 /// One shard of [`ByPath`]: the streams whose path hashes to it, each

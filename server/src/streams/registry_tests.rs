@@ -7,6 +7,7 @@
 
 use super::{CreateRefusal, CreateRequest, Created, Streams};
 use crate::admission::Bounded;
+use crate::client_addr::ClientKey;
 use crate::streams::feed::{Feed, FeedEnd, LocalFeed, Page};
 use crate::streams::journal::{self, Journal, ProducerState, StreamRecord};
 use crate::streams::rules::{AppendRequest, Appended, Producer};
@@ -342,6 +343,15 @@ fn a_page_cut_by_retention_serves_what_it_gathered() {
 /// A registry journaling to a disk history in `dir` (`--data-dir`), and
 /// the history (to hold its commits).
 fn journaled_registry(dir: &std::path::Path) -> (Arc<Streams>, Arc<DiskHistory>) {
+    journaled_registry_sharing(dir, u64::MAX)
+}
+
+/// [`journaled_registry`], each client's share of the memory at most
+/// `client_share` bytes.
+fn journaled_registry_sharing(
+    dir: &std::path::Path,
+    client_share: u64,
+) -> (Arc<Streams>, Arc<DiskHistory>) {
     let config = gapless_history::HistoryConfig {
         url: String::new(),
         cluster: false,
@@ -365,7 +375,7 @@ fn journaled_registry(dir: &std::path::Path) -> (Arc<Streams>, Arc<DiskHistory>)
         Config::default().events(64).bytes(64 << 10),
         Duration::from_secs(600),
         Bounded::new(u64::MAX),
-        u64::MAX,
+        client_share,
     )
     .with_journal(journal);
     (Arc::new(streams), disk)
@@ -759,4 +769,42 @@ async fn a_producers_idle_clock_comes_back_after_a_restart() {
         (500_000..505_000).contains(&idle),
         "its idle clock restarted: idle for {idle} ms"
     );
+}
+
+#[tokio::test]
+async fn a_restored_stream_is_charged_to_its_clients_share_again() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let client = ClientKey::of("192.0.2.7".parse().expect("an address"));
+    let held = {
+        let (streams, _disk) = journaled_registry(dir.path());
+        let request = CreateRequest {
+            client: Some(client),
+            ..create_request("/s")
+        };
+        StreamWrites::create(&*streams, request)
+            .await
+            .expect("created");
+        streams.client_shares.held_by(client)
+    };
+    assert!(held > 0, "the stream was charged to its client");
+    let path = dir.path();
+    let restart = |share| async move {
+        let (streams, disk) = journaled_registry_sharing(path, share);
+        let journal = streams.journal().expect("a journal");
+        crate::streams::restore::restore(&streams, journal)
+            .await
+            .expect("restored");
+        (streams, disk)
+    };
+    let (streams, disk) = restart(u64::MAX).await;
+    assert!(
+        streams.client_shares.held_by(client) > 0,
+        "restored, the stream is charged to no client: its client could make a second share"
+    );
+    drop((streams, disk));
+    // A share lowered below what the client holds: restored all the same,
+    // uncharged (an acknowledged stream is never dropped for a share).
+    let (streams, _disk) = restart(1).await;
+    assert!(streams.get("/s").is_some(), "a restored stream was dropped");
+    assert_eq!(streams.client_shares.held_by(client), 0);
 }

@@ -14,13 +14,15 @@
 //! record holds (written every `journal::ACCESS_JOURNAL_EVERY` for those
 //! accessed since, and at a clean stop; counted from `journal::ACCESS_SLACK`
 //! after it), a producer's idle clock from its last append; the
-//! `--idle-timeout` clock restarts (downtime is not idleness). What does
-//! not come back: streams are not charged to their creating client's share
-//! of the budget again.
+//! `--idle-timeout` clock restarts (downtime is not idleness). A stream is
+//! charged to its creating client's share of the memory budget again (a
+//! client gets no second share from a restart).
 
+use super::charge::ClientCharge;
 use super::journal::{Journal, ProducerState, StreamRecord};
 use super::stream::{MakeError, NewStream, Restored, Stream};
 use super::Streams;
+use crate::client_addr::ClientKey;
 use bytes::Bytes;
 use gapless_history::{key_hex, StoredStream, StreamKey, StreamOp};
 use std::collections::HashMap;
@@ -195,37 +197,60 @@ pub(crate) async fn restore(streams: &Streams, journal: &Journal) -> Result<Repo
             .first()
             .map_or(record.ring_start, |&(seq, _)| seq - 1);
         let path = record.path.clone();
-        let stream = Stream::restore(
-            NewStream {
-                path: path.clone(),
-                settings,
-                lineage: record.lineage.clone(),
-                own_generation: record.own_generation,
-                full: parts.ring,
-                inherited: messages.into_iter().map(|(_, payload)| payload).collect(),
-                start_after: record.start_after,
-                ring_start,
-                closed: record.closed,
-                origin: parts.origin,
-                source: source.clone(),
-                producer_limits: parts.producer_limits,
-                publish_key: record
-                    .publish_key
-                    .as_deref()
-                    .and_then(|key| key.parse().ok()),
-                client: None,
-                journal_key: Some(key),
-            },
-            Restored {
-                producers,
-                stream_seq: record.stream_seq.clone(),
-                closed_by: record.closed_by.clone(),
-                soft_deleted: record.soft_deleted,
-                accessed_unix_ms: record.accessed_unix_ms,
-            },
-            parts.memory,
-        )
-        .map_err(|error| match error {
+        let inherited: Vec<Bytes> = messages.into_iter().map(|(_, payload)| payload).collect();
+        let client = record.client.as_deref().and_then(|text| match text.parse() {
+            Ok(ip) => Some(ClientCharge {
+                shares: Arc::clone(parts.client_shares),
+                client: ClientKey::of(ip),
+            }),
+            Err(_) => {
+                tracing::warn!(path = %record.path, client = text, "a restored stream's client is no address: it is charged to no client's share");
+                None
+            }
+        });
+        let make = |client: Option<ClientCharge>| {
+            Stream::restore(
+                NewStream {
+                    path: path.clone(),
+                    settings: settings.clone(),
+                    lineage: record.lineage.clone(),
+                    own_generation: record.own_generation,
+                    full: parts.ring,
+                    inherited: inherited.clone(),
+                    start_after: record.start_after,
+                    ring_start,
+                    closed: record.closed,
+                    origin: parts.origin,
+                    source: source.clone(),
+                    producer_limits: parts.producer_limits,
+                    publish_key: record
+                        .publish_key
+                        .as_deref()
+                        .and_then(|key| key.parse().ok()),
+                    client,
+                    journal_key: Some(key),
+                },
+                Restored {
+                    producers: producers.clone(),
+                    stream_seq: record.stream_seq.clone(),
+                    closed_by: record.closed_by.clone(),
+                    soft_deleted: record.soft_deleted,
+                    accessed_unix_ms: record.accessed_unix_ms,
+                },
+                parts.memory,
+            )
+        };
+        // Charged to its client's share again, as before the restart; past
+        // it (the share was lowered meanwhile), it is restored uncharged:
+        // an acknowledged stream is never dropped for a share.
+        let made_stream = match make(client) {
+            Err(MakeError::ClientShare) => {
+                tracing::warn!(path = %path, "a restored stream is past its client's share of the memory budget (lowered since?): restored, not charged to it");
+                make(None)
+            }
+            made => made,
+        };
+        let stream = made_stream.map_err(|error| match error {
             MakeError::MemoryBudget | MakeError::ClientShare => {
                 RestoreError::MemoryBudget { path: path.clone() }
             }

@@ -178,6 +178,7 @@ impl Stream {
             publish_key: self.publish_key.map(|key| key.to_string()),
             soft_deleted: self.soft_deleted.load(Ordering::Acquire),
             accessed_unix_ms: Some(self.note_access_journaled()),
+            client: self.client.as_ref().map(|charge| charge.client.to_string()),
         }
     }
 
@@ -305,7 +306,10 @@ impl Stream {
                 }
                 let charge = stream
                     .charge(budget, id.len() as u64 + PRODUCER_ENTRY_BYTES)
-                    .map_err(|_| MakeError::MemoryBudget)?;
+                    .map_err(|refusal| match refusal {
+                        AppendRefusal::ClientShare => MakeError::ClientShare,
+                        _ => MakeError::MemoryBudget,
+                    })?;
                 let _ = tail.record_producer(
                     &id,
                     state.producer,
