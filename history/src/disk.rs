@@ -160,6 +160,9 @@ pub struct DiskHistory {
     /// The last run may have lost acknowledged writes (`--fsync never`,
     /// then a machine restart before it closed).
     lossy: bool,
+    /// The Durable Streams whose changes start-up cut from the journal's
+    /// damaged last write, and what they were.
+    cut_streams: Vec<(StreamKey, String)>,
     /// Every partition, for the Durable Streams' journal ([`streams`]).
     partitions: Partitions,
     /// Whether a write fits on the disk.
@@ -310,6 +313,7 @@ impl DiskHistory {
             swept: Mutex::new(now),
             run,
             lossy,
+            cut_streams: cut.as_ref().map(tail::TailCut::streams).unwrap_or_default(),
             partitions,
             room,
             _lock: lock_file,

@@ -307,6 +307,13 @@ impl DiskHistory {
         self.commit.hold()
     }
 
+    /// The Durable Streams whose changes start-up cut from the journal's
+    /// damaged last write (a torn or corrupt tail), each with what they
+    /// were ("message 5, record"): the server names them by path.
+    pub fn streams_in_cut_tail(&self) -> &[(StreamKey, String)] {
+        &self.cut_streams
+    }
+
     /// Whether the last run may have lost writes it acknowledged: it ran
     /// with `--fsync never` and the machine restarted before it closed.
     /// Every stream then continues under a new generation.

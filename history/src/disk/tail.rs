@@ -97,6 +97,41 @@ impl TailCut {
     }
 }
 
+impl TailCut {
+    /// The Durable Streams the cut held changes of, each with what they
+    /// were in words ("message 5", "record"), in the cut's order.
+    pub(crate) fn streams(&self) -> Vec<(super::StreamKey, String)> {
+        let mut streams: Vec<(super::StreamKey, String)> = Vec::new();
+        for item in &self.items {
+            let Some(key) = item.key.get(..16).and_then(|key| key.try_into().ok()) else {
+                continue;
+            };
+            let what = match item.partition.as_str() {
+                "stream_events" => match item.key.get(16..24).and_then(|seq| seq.try_into().ok()) {
+                    Some(seq) => format!("message {}", u64::from_be_bytes(seq)),
+                    None => continue,
+                },
+                "streams" => "record".to_owned(),
+                "producers" => format!("producer {:?}", String::from_utf8_lossy(&item.key[16..])),
+                _ => continue,
+            };
+            let what = if item.insert {
+                what
+            } else {
+                format!("removal of {what}")
+            };
+            match streams.iter_mut().find(|(at, _)| *at == key) {
+                Some((_, said)) => {
+                    said.push_str(", ");
+                    said.push_str(&what);
+                }
+                None => streams.push((key, what)),
+            }
+        }
+        streams
+    }
+}
+
 /// One journal item in words: whose it was, by the partitions' key layout
 /// (the table at the top of `disk.rs`).
 fn describe_item(item: &CutItem) -> String {

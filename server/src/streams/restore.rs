@@ -269,6 +269,25 @@ pub(crate) async fn restore(streams: &Streams, journal: &Journal) -> Result<Repo
         made.insert(path, stream);
         report.streams += 1;
     }
+    // The store named what it cut by key: here is the path.
+    for (key, what) in journal.disk().streams_in_cut_tail() {
+        match made
+            .values()
+            .find(|stream| stream.journal_key == Some(*key))
+        {
+            Some(stream) => tracing::warn!(
+                path = %stream.path,
+                cut = %what,
+                "the journal's cut last write held changes of stream /v1/stream/{}: it continues from what is before them",
+                stream.path
+            ),
+            None => tracing::warn!(
+                key = %key_hex(key),
+                cut = %what,
+                "the journal's cut last write held changes of a stream not in the journal any more (made or removed by that write)"
+            ),
+        }
+    }
     if !rewritten.is_empty() {
         journal
             .submit(rewritten)

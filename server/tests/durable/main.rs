@@ -453,6 +453,11 @@ async fn served_after_the_cut(dir: &Path, how: &str) {
     );
     assert!(logged.contains(how), "{logged}");
     assert!(logged.contains("message 5"), "{logged}");
+    // Named by its path, not only by its key in the store.
+    assert!(
+        logged.contains("changes of stream /v1/stream/s"),
+        "{logged}"
+    );
     let saved = saved_cut(dir);
     // (The flipped byte is in "message".)
     assert!(
