@@ -647,17 +647,10 @@ impl History for DiskHistory {
             }
             put_record(&mut ops, id, &record);
             let (epoch, last) = (record.epoch, record.published);
-            let before = renumber.then(|| state.renumbered(epoch));
-            let shown = state.show_when_durable(&self.followed, *id, epoch, last);
-            let pending = match self.commit.submit_then(ops, Some(shown)) {
-                Ok(pending) => pending,
-                Err(error) => {
-                    if let Some(before) = before {
-                        state.unrenumbered(before);
-                    }
-                    return Err(error);
-                }
-            };
+            let pending =
+                state.queue_append(&self.followed, *id, (epoch, last), renumber, |shown| {
+                    self.commit.submit_then(ops, Some(shown))
+                })?;
             if renumber {
                 state.lossy = false;
             }

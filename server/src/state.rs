@@ -855,25 +855,41 @@ async fn reap_idle_sessions(state: Weak<ServerState>, mut shutdown: watch::Recei
         return;
     };
     let mut tick = tokio::time::interval(period);
+    // The pass writing streams' accesses to the journal, while it runs: one
+    // at a time, and awaited before this task ends (it holds the registry).
+    let mut writing: Option<tokio::task::JoinHandle<()>> = None;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            () = turned_true(&mut shutdown) => return,
+            () = turned_true(&mut shutdown) => break,
         }
-        match state.upgrade() {
-            Some(state) => {
-                state.reap_idle();
-                state.streams.sweep();
-                if state.streams.accesses_due() {
-                    // A lock and a record per stream accessed: not on the
-                    // runtime's threads.
-                    let streams = Arc::clone(&state.streams);
-                    drop(tokio::task::spawn_blocking(move || {
-                        streams.journal_accesses();
-                    }));
-                }
+        let Some(state) = state.upgrade() else {
+            break;
+        };
+        state.reap_idle();
+        let behind = state.streams.sweep();
+        if writing
+            .as_ref()
+            .is_some_and(tokio::task::JoinHandle::is_finished)
+        {
+            let done = writing
+                .take()
+                .and_then(futures_util::FutureExt::now_or_never);
+            if let Some(Err(error)) = done {
+                tracing::error!(%error, "writing the streams' accesses to the journal failed");
             }
-            None => return,
+        }
+        if !behind.is_empty() && writing.is_none() {
+            // A lock and a record per stream: not on the runtime's threads.
+            let streams = Arc::clone(&state.streams);
+            writing = Some(tokio::task::spawn_blocking(move || {
+                streams.journal_accesses(&behind, crate::streams::registry::journal_every_ms());
+            }));
+        }
+    }
+    if let Some(writing) = writing {
+        if let Err(error) = writing.await {
+            tracing::error!(%error, "writing the streams' accesses to the journal failed");
         }
     }
 }

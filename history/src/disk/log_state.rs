@@ -5,7 +5,7 @@ use super::commit::{OnDurable, Op, Part};
 use super::lock;
 use super::record::LogRecord;
 use crate::announce::Announcer;
-use crate::LogId;
+use crate::{HistoryError, LogId};
 use bytes::Bytes;
 use fjall::Slice;
 use std::sync::{Arc, Mutex};
@@ -84,18 +84,29 @@ impl LogState {
         lock(&self.visible).seq
     }
 
-    /// The log continues under `epoch`, nothing of it visible yet: call it
-    /// before queuing the append that renumbers it (its [`OnDurable`]
-    /// compares epochs, and may run before the queuing returns). Returns
-    /// what was visible, for [`Self::unrenumbered`] if the queuing fails.
-    pub(super) fn renumbered(&self, epoch: u64) -> Visible {
-        std::mem::replace(&mut *lock(&self.visible), Visible { epoch, seq: 0 })
-    }
-
-    /// Undoes [`Self::renumbered`] (`before`: what it returned): the append
-    /// was not queued.
-    pub(super) fn unrenumbered(&self, before: Visible) {
-        *lock(&self.visible) = before;
+    /// Queues an append of this log up to `last` under `epoch` through
+    /// `submit`, given what the committer runs once it is durable
+    /// ([`Self::show_when_durable`]); when `renumber`, the log continues
+    /// under `epoch` with nothing of it visible yet. [`Visible`]'s lock is
+    /// held throughout: a durable answer of the old epoch cannot land
+    /// between the renumbering and its undo if `submit` fails, and this
+    /// append's own answer (on the committer thread) waits for it.
+    pub(super) fn queue_append<T>(
+        &self,
+        followed: &Arc<Announcer>,
+        id: LogId,
+        (epoch, last): (u64, u64),
+        renumber: bool,
+        submit: impl FnOnce(OnDurable) -> Result<T, HistoryError>,
+    ) -> Result<T, HistoryError> {
+        let shown = self.show_when_durable(followed, id, epoch, last);
+        let mut visible = lock(&self.visible);
+        let before = renumber.then(|| std::mem::replace(&mut *visible, Visible { epoch, seq: 0 }));
+        let queued = submit(shown);
+        if let (Err(_), Some(before)) = (&queued, before) {
+            *visible = before;
+        }
+        queued
     }
 
     /// What the committer runs once an append of this log (`id`) up to
@@ -103,7 +114,7 @@ impl LogState {
     /// told. Run by the committer, not by the appender (who may have gone
     /// away, or passed its deadline), so a durable event never waits for
     /// the next append; it takes only [`Visible`]'s lock.
-    pub(super) fn show_when_durable(
+    fn show_when_durable(
         &self,
         followed: &Arc<Announcer>,
         id: LogId,

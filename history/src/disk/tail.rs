@@ -99,9 +99,13 @@ impl TailCut {
 
 impl TailCut {
     /// The Durable Streams the cut held changes of, each with what they
-    /// were in words ("message 5", "record"), in the cut's order.
+    /// were in words ("message 5, record"; at most [`NAMED_ITEMS`] named,
+    /// then how many more), in the cut's order.
     pub(crate) fn streams(&self) -> Vec<(super::StreamKey, String)> {
-        let mut streams: Vec<(super::StreamKey, String)> = Vec::new();
+        // Each stream's changes named, and how many more there were.
+        let mut streams: Vec<(super::StreamKey, Vec<String>, usize)> = Vec::new();
+        let mut index: std::collections::HashMap<super::StreamKey, usize> =
+            std::collections::HashMap::new();
         for item in &self.items {
             let Some(key) = item.key.get(..16).and_then(|key| key.try_into().ok()) else {
                 continue;
@@ -120,15 +124,26 @@ impl TailCut {
             } else {
                 format!("removal of {what}")
             };
-            match streams.iter_mut().find(|(at, _)| *at == key) {
-                Some((_, said)) => {
-                    said.push_str(", ");
-                    said.push_str(&what);
-                }
-                None => streams.push((key, what)),
+            let at = *index.entry(key).or_insert_with(|| {
+                streams.push((key, Vec::new(), 0));
+                streams.len() - 1
+            });
+            let (_, named, more) = &mut streams[at];
+            if named.len() < NAMED_ITEMS {
+                named.push(what);
+            } else {
+                *more += 1;
             }
         }
         streams
+            .into_iter()
+            .map(|(key, mut named, more)| {
+                if more > 0 {
+                    named.push(format!("and {more} more"));
+                }
+                (key, named.join(", "))
+            })
+            .collect()
     }
 }
 

@@ -37,18 +37,18 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// The version of [`StreamRecord`]'s encoding.
 pub(crate) const RECORD_VERSION: u32 = 1;
 
-/// How often, with a journal, the record of every `Stream-TTL` stream
-/// accessed since its record last said is written again (one record per
-/// active such stream per period). After a crash, the access a record
-/// holds may be this much older than the last one: a restored stream's TTL
-/// clock counts from this much after it (plus a second, the sweep's
-/// period), so that a crash shortens no stream's life.
+/// How far, with a journal, a `Stream-TTL` stream's last access may run
+/// ahead of what its record says before the record is written again (the
+/// registry's sweep looks every second): one record per active such stream
+/// per period.
 pub(crate) const ACCESS_JOURNAL_EVERY: Duration = Duration::from_secs(30);
 
 /// How much later than its record says a restored `Stream-TTL` stream's
-/// last access may have been: a period of [`ACCESS_JOURNAL_EVERY`] and the
-/// registry's sweep (a second).
-pub(crate) const ACCESS_SLACK: Duration = Duration::from_secs(31);
+/// last access may have been: [`ACCESS_JOURNAL_EVERY`], the sweep's second,
+/// and the pass that writes the records and their commit (a few seconds at
+/// most). A restored TTL clock counts from this much after the record's
+/// access, so that a crash shortens no stream's life.
+pub(crate) const ACCESS_SLACK: Duration = Duration::from_secs(35);
 
 /// The disk history this process's streams are journaled to.
 pub(crate) struct Journal {
@@ -151,9 +151,9 @@ pub(crate) struct StreamRecord {
     /// Deleted while forks of it live.
     pub(crate) soft_deleted: bool,
     /// Its last read or append (ms since the Unix epoch) when the record
-    /// was written: its TTL and idle clocks continue from it after a
-    /// restart. Absent from records of earlier builds (the clocks then
-    /// restart at the start-up).
+    /// was written: its `Stream-TTL` clock continues from it after a
+    /// restart (`ACCESS_SLACK` later). Absent from records of earlier
+    /// builds (the clock then restarts at the start-up).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) accessed_unix_ms: Option<u64>,
     /// The creating client's key (an IPv4 address, or an IPv6 `/64` as its

@@ -115,9 +115,6 @@ pub(crate) struct Streams {
     /// Removals queued and known durable: readers are told a stream is
     /// gone only once its removal is.
     removals: Arc<Removals>,
-    /// With a journal: when the `Stream-TTL` streams' last accesses were
-    /// last written ([`Self::journal_accesses`]).
-    accesses_journaled: Mutex<Instant>,
 }
 
 impl Streams {
@@ -141,7 +138,6 @@ impl Streams {
             producer_limits: ProducerLimits::default(),
             journal: None,
             removals: Arc::default(),
-            accesses_journaled: Mutex::new(Instant::now()),
         }
     }
 
@@ -222,10 +218,10 @@ impl Streams {
         stream.touch();
     }
 
-    /// Whether `stream` expired (its TTL or `Stream-Expires-At`) or was
-    /// idle past the registry's idle limit. `now`: the wall clock, read
-    /// only for a stream with an `Expires-At` (an append reads the clock
-    /// once, in [`Stream::idle_ms`], when the stream has none).
+    /// Whether `stream` expired (its TTL, on [`Stream::since_access_ms`],
+    /// or `Stream-Expires-At`) or was idle past the registry's idle limit
+    /// ([`Stream::idle_ms`]). `now`: the wall clock, read only for a
+    /// stream with an `Expires-At`.
     fn expired(&self, stream: &Stream, now: impl FnOnce() -> SystemTime) -> bool {
         stream.settings.expired(stream.since_access_ms(), now)
             || u128::from(stream.idle_ms()) >= self.idle.as_millis()
@@ -561,52 +557,49 @@ impl Streams {
         ops
     }
 
-    /// Drops every expired or idle stream (soft-deleting those with forks),
-    /// and with a journal writes the streams' accesses when due.
-    pub(crate) fn sweep(&self) {
+    /// Drops every expired or idle stream (soft-deleting those with forks).
+    /// With a journal, returns the live `Stream-TTL` streams whose last
+    /// access runs [`journal::ACCESS_JOURNAL_EVERY`] or more ahead of
+    /// their record (at most [`ACCESSES_PER_PASS`]), for
+    /// [`Self::journal_accesses`] off the runtime's threads.
+    pub(crate) fn sweep(&self) -> Vec<Arc<Stream>> {
         let now = SystemTime::now();
-        for stream in self.streams.entries() {
-            if !stream.soft_deleted.load(Ordering::Acquire) && self.expired(&stream, || now) {
-                let _structure = self.lock();
-                self.remove_if_expired_locked(&stream);
-            }
+        let live = |stream: &Stream| !stream.soft_deleted.load(Ordering::Acquire);
+        let expired = self.streams.select(usize::MAX, |stream| {
+            live(stream) && self.expired(stream, || now)
+        });
+        for stream in expired {
+            let _structure = self.lock();
+            self.remove_if_expired_locked(&stream);
         }
-    }
-
-    /// Whether, with a journal, [`Self::journal_accesses`] is due (every
-    /// [`journal::ACCESS_JOURNAL_EVERY`]): `true` claims this period's pass.
-    pub(crate) fn accesses_due(&self) -> bool {
         if self.journal.is_none() {
-            return false;
+            return Vec::new();
         }
-        let mut journaled = self
-            .accesses_journaled
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if journaled.elapsed() < journal::ACCESS_JOURNAL_EVERY {
-            return false;
-        }
-        *journaled = Instant::now();
-        true
+        let behind_ms = journal_every_ms();
+        self.streams.select(ACCESSES_PER_PASS, |stream| {
+            live(stream)
+                && stream.settings.ttl_secs.is_some()
+                && stream.access_unjournaled_ms() >= behind_ms
+        })
     }
 
-    /// With a journal: writes the record of every live `Stream-TTL` stream
-    /// accessed since its record last said, so that its TTL clock comes
-    /// back after a restart (the idle clock restarts there: downtime is
-    /// not idleness). Nothing while the disk is full (the records would
-    /// fail the journal, not just be refused). A lock and an encoded
-    /// record per stream: run it off the runtime's threads.
-    pub(crate) fn journal_accesses(&self) {
+    /// With a journal: writes the record of each of `streams` (live
+    /// `Stream-TTL` ones) whose last access runs `at_least_ms` or more
+    /// ahead of it, so that its TTL clock comes back after a restart (the
+    /// idle clock restarts there: downtime is not idleness). Nothing while
+    /// the disk refuses writes: a record the filesystem failed would fail
+    /// the journal for good (a restart then counts those TTLs from older
+    /// accesses). A lock and an encoded record per stream written: run it
+    /// off the runtime's threads.
+    pub(crate) fn journal_accesses(&self, streams: &[Arc<Stream>], at_least_ms: u64) {
         let Some(journal) = self.journal.as_deref() else {
             return;
         };
         if journal.room().is_err() {
             return;
         }
-        for stream in self.streams.entries() {
-            if stream.settings.ttl_secs.is_some() && !stream.soft_deleted.load(Ordering::Acquire) {
-                stream.journal_access(journal);
-            }
+        for stream in streams {
+            stream.journal_access(journal, at_least_ms);
         }
     }
 
@@ -617,11 +610,27 @@ impl Streams {
 }
 
 impl Drop for Streams {
-    /// A clean stop writes the `Stream-TTL` streams' last accesses (the
-    /// journal writes what is queued before it closes).
+    /// A clean stop writes every live `Stream-TTL` stream's last access
+    /// its record does not say yet (the journal writes what is queued
+    /// before it closes).
     fn drop(&mut self) {
-        self.journal_accesses();
+        if self.journal.is_none() {
+            return;
+        }
+        let ttl = self.streams.select(usize::MAX, |stream| {
+            stream.settings.ttl_secs.is_some() && !stream.soft_deleted.load(Ordering::Acquire)
+        });
+        self.journal_accesses(&ttl, 0);
     }
+}
+
+/// `Stream-TTL` streams whose access [`Streams::sweep`] returns at most at
+/// once: a pass writes a record for each, and the rest wait a second.
+pub(crate) const ACCESSES_PER_PASS: usize = 4096;
+
+/// [`journal::ACCESS_JOURNAL_EVERY`] in milliseconds.
+pub(crate) fn journal_every_ms() -> u64 {
+    u64::try_from(journal::ACCESS_JOURNAL_EVERY.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// What a journal's refusal answers a create.
@@ -720,12 +729,22 @@ impl ByPath {
             .sum()
     }
 
-    /// Every stream, shard by shard (each shard's a snapshot).
-    fn entries(&self) -> Vec<Arc<Stream>> {
+    /// The streams `pick` picks, shard by shard (each shard's a snapshot),
+    /// at most `max`. Only those are held: a snapshot of every stream would
+    /// keep a deleted one (and the memory it is charged) alive while it is
+    /// walked, past the deletion's answer.
+    fn select(&self, max: usize, mut pick: impl FnMut(&Stream) -> bool) -> Vec<Arc<Stream>> {
         let mut out = Vec::new();
         for shard in self.shards.iter() {
             let shard = shard.read().unwrap_or_else(PoisonError::into_inner);
-            out.extend(shard.iter().map(Arc::clone));
+            for stream in shard.iter() {
+                if out.len() >= max {
+                    return out;
+                }
+                if pick(stream) {
+                    out.push(Arc::clone(stream));
+                }
+            }
         }
         out
     }

@@ -148,7 +148,7 @@ fn racing_expiries_of_a_fork_release_its_source_once() {
                     barrier.wait();
                     match racer % 2 {
                         0 => drop(streams.get("fork")),
-                        _ => streams.sweep(),
+                        _ => drop(streams.sweep()),
                     }
                 });
             }
@@ -343,14 +343,15 @@ fn a_page_cut_by_retention_serves_what_it_gathered() {
 /// A registry journaling to a disk history in `dir` (`--data-dir`), and
 /// the history (to hold its commits).
 fn journaled_registry(dir: &std::path::Path) -> (Arc<Streams>, Arc<DiskHistory>) {
-    journaled_registry_sharing(dir, u64::MAX)
+    journaled_registry_limited(dir, u64::MAX, Duration::from_secs(600))
 }
 
 /// [`journaled_registry`], each client's share of the memory at most
-/// `client_share` bytes.
-fn journaled_registry_sharing(
+/// `client_share` bytes, a stream freed once idle for `idle`.
+fn journaled_registry_limited(
     dir: &std::path::Path,
     client_share: u64,
+    idle: Duration,
 ) -> (Arc<Streams>, Arc<DiskHistory>) {
     let config = gapless_history::HistoryConfig {
         url: String::new(),
@@ -373,7 +374,7 @@ fn journaled_registry_sharing(
     let journal = Arc::new(Journal::new(Arc::clone(&disk)));
     let streams = Streams::new(
         Config::default().events(64).bytes(64 << 10),
-        Duration::from_secs(600),
+        idle,
         Bounded::new(u64::MAX),
         client_share,
     )
@@ -644,51 +645,65 @@ async fn journal_settled(streams: &Streams) {
 }
 
 #[tokio::test]
-async fn the_ttl_streams_accesses_are_journaled_when_due_and_only_when_changed() {
+async fn a_ttl_streams_access_is_journaled_once_it_runs_a_period_ahead_of_its_record() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let (streams, disk, plain) = journaled_stream(dir.path()).await;
     StreamWrites::create(&*streams, create_with_ttl("/t", 600))
         .await
         .expect("created");
     let ttl = streams.get("/t").expect("the stream");
-    assert!(
-        !streams.accesses_due(),
-        "due before a period has passed since the start-up"
-    );
-    let accessed = |disk: &DiskHistory, path: &str| -> u64 {
-        let stored = disk.stored_streams().expect("the journal reads");
-        let record = stored
-            .iter()
-            .map(|stored| StreamRecord::decode(&stored.record).expect("a record"))
-            .find(|record| record.path == path)
-            .expect("its record");
-        record.accessed_unix_ms.expect("the record says when")
+    let names = |streams: Vec<Arc<Stream>>| -> Vec<String> {
+        streams.iter().map(|stream| stream.path.clone()).collect()
     };
-    let writes = |disk: &DiskHistory| disk.commit_stats().writes;
-    ttl.accessed_ago(Duration::from_secs(200));
-    plain.accessed_ago(Duration::from_secs(200));
-    let before = writes(&disk);
-    streams.journal_accesses();
-    journal_settled(&streams).await;
-    assert_eq!(
-        writes(&disk),
-        before + 2,
-        "one record (the TTL stream's) and the barrier; a stream without a TTL restarts its idle clock at start-up"
-    );
-    let expected = journal::unix_ms_now() - 200_000;
-    let written = accessed(&disk, "/t");
     assert!(
-        written.abs_diff(expected) < 5_000,
-        "the record says {written}, the access was about {expected}"
+        streams.sweep().is_empty(),
+        "their records say their accesses"
     );
-    // Nothing accessed since: nothing written again.
+    // Accessed now; the records say 10 s ago: less than a period ahead.
+    for stream in [&ttl, &plain] {
+        stream.journaled_ago(Duration::from_secs(10));
+        stream.touch();
+    }
+    assert!(
+        streams.sweep().is_empty(),
+        "an access 10 s ahead of its record is written again"
+    );
+    // The records say 200 s ago.
+    for stream in [&ttl, &plain] {
+        stream.journaled_ago(Duration::from_secs(200));
+    }
+    let behind = streams.sweep();
+    assert_eq!(
+        names(behind.clone()),
+        vec!["/t".to_owned()],
+        "the TTL stream only: one without a TTL restarts its idle clock at start-up"
+    );
+    let writes = |disk: &DiskHistory| disk.commit_stats().writes;
     let before = writes(&disk);
-    streams.journal_accesses();
+    let every = super::journal_every_ms();
+    streams.journal_accesses(&behind, every);
+    journal_settled(&streams).await;
+    assert_eq!(writes(&disk), before + 2, "its record and the barrier");
+    let stored = disk.stored_streams().expect("the journal reads");
+    let record = stored
+        .iter()
+        .map(|stored| StreamRecord::decode(&stored.record).expect("a record"))
+        .find(|record| record.path == "/t")
+        .expect("its record");
+    let written = record.accessed_unix_ms.expect("the record says when");
+    assert!(
+        written.abs_diff(journal::unix_ms_now()) < 5_000,
+        "the record says {written}, the access was now"
+    );
+    // Written: nothing behind any more, and nothing written again.
+    assert!(streams.sweep().is_empty());
+    let before = writes(&disk);
+    streams.journal_accesses(&behind, every);
     journal_settled(&streams).await;
     assert_eq!(
         writes(&disk),
         before + 1,
-        "a record was written again for a stream not accessed since"
+        "a record written again for nothing"
     );
 }
 
@@ -702,17 +717,23 @@ async fn a_ttl_clock_comes_back_after_a_restart_and_the_idle_clock_restarts() {
                 .await
                 .expect("created");
             let stream = streams.get(path).expect("the stream");
-            // Read or appended to last 200 s ago.
+            // Read or appended to last 200 s ago; its record says 300 s.
             stream.accessed_ago(Duration::from_secs(200));
+            stream.journaled_ago(Duration::from_secs(300));
         }
         // A clean stop (the registry dropped) writes the accesses.
     }
-    let (streams, _disk) = journaled_registry(dir.path());
+    // Freed once idle for 120 s: less than the 165 s since the access,
+    // but the downtime is no idleness.
+    let (streams, _disk) =
+        journaled_registry_limited(dir.path(), u64::MAX, Duration::from_secs(120));
     let journal = streams.journal().expect("a journal");
     crate::streams::restore::restore(&streams, journal)
         .await
         .expect("restored");
-    let kept = streams.get("/kept").expect("within its TTL: kept");
+    let kept = streams
+        .get("/kept")
+        .expect("within its TTL, and not idle since the start-up: kept");
     // 200 s less the slack for a record a period behind: a crash
     // shortens no life.
     let slack = u64::try_from(journal::ACCESS_SLACK.as_millis()).expect("ms");
@@ -789,7 +810,7 @@ async fn a_restored_stream_is_charged_to_its_clients_share_again() {
     assert!(held > 0, "the stream was charged to its client");
     let path = dir.path();
     let restart = |share| async move {
-        let (streams, disk) = journaled_registry_sharing(path, share);
+        let (streams, disk) = journaled_registry_limited(path, share, Duration::from_secs(600));
         let journal = streams.journal().expect("a journal");
         crate::streams::restore::restore(&streams, journal)
             .await
@@ -804,7 +825,18 @@ async fn a_restored_stream_is_charged_to_its_clients_share_again() {
     drop((streams, disk));
     // A share lowered below what the client holds: restored all the same,
     // uncharged (an acknowledged stream is never dropped for a share).
-    let (streams, _disk) = restart(1).await;
+    let (streams, disk) = restart(1).await;
     assert!(streams.get("/s").is_some(), "a restored stream was dropped");
     assert_eq!(streams.client_shares.held_by(client), 0);
+    // Its record written again meanwhile (a close) still names the client:
+    // restarted with the share back, it is charged again.
+    StreamWrites::append(&*streams, "/s", b"", &CLOSE, |_: &_| Ok(()))
+        .await
+        .expect("closed");
+    drop((streams, disk));
+    let (streams, _disk) = restart(u64::MAX).await;
+    assert!(
+        streams.client_shares.held_by(client) > 0,
+        "a stream once restored uncharged lost its client for good"
+    );
 }

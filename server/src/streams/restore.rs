@@ -11,9 +11,10 @@
 //! served other messages.
 //!
 //! A `Stream-TTL` stream's TTL clock continues from the last access its
-//! record holds (written every `journal::ACCESS_JOURNAL_EVERY` for those
-//! accessed since, and at a clean stop; counted from `journal::ACCESS_SLACK`
-//! after it), a producer's idle clock from its last append; the
+//! record holds (written again once the access runs
+//! `journal::ACCESS_JOURNAL_EVERY` ahead of it, and at a clean stop;
+//! counted from `journal::ACCESS_SLACK` after it), a producer's idle clock
+//! from its last append; the
 //! `--idle-timeout` clock restarts (downtime is not idleness). A stream is
 //! charged to its creating client's share of the memory budget again (a
 //! client gets no second share from a restart).
@@ -195,7 +196,7 @@ pub(crate) async fn restore(streams: &Streams, journal: &Journal) -> Result<Repo
         report.messages += messages.len() as u64;
         let ring_start = messages
             .first()
-            .map_or(record.ring_start, |&(seq, _)| seq - 1);
+            .map_or(record.ring_start, |&(seq, _)| seq.saturating_sub(1));
         let path = record.path.clone();
         let inherited: Vec<Bytes> = messages.into_iter().map(|(_, payload)| payload).collect();
         let client = record.client.as_deref().and_then(|text| match text.parse() {
@@ -243,10 +244,14 @@ pub(crate) async fn restore(streams: &Streams, journal: &Journal) -> Result<Repo
         // Charged to its client's share again, as before the restart; past
         // it (the share was lowered meanwhile), it is restored uncharged:
         // an acknowledged stream is never dropped for a share.
+        let creator = client.as_ref().map(|charge| charge.client);
         let made_stream = match make(client) {
             Err(MakeError::ClientShare) => {
-                tracing::warn!(path = %path, "a restored stream is past its client's share of the memory budget (lowered since?): restored, not charged to it");
-                make(None)
+                tracing::warn!(path = ?path, "a restored stream is past its client's share of the memory budget (lowered since?): restored, not charged to it");
+                make(None).map(|mut stream| {
+                    stream.creator = creator;
+                    stream
+                })
             }
             made => made,
         };
@@ -270,22 +275,25 @@ pub(crate) async fn restore(streams: &Streams, journal: &Journal) -> Result<Repo
         report.streams += 1;
     }
     // The store named what it cut by key: here is the path.
-    for (key, what) in journal.disk().streams_in_cut_tail() {
-        match made
+    let cut = journal.disk().streams_in_cut_tail();
+    if !cut.is_empty() {
+        let by_key: HashMap<StreamKey, &str> = made
             .values()
-            .find(|stream| stream.journal_key == Some(*key))
-        {
-            Some(stream) => tracing::warn!(
-                path = %stream.path,
-                cut = %what,
-                "the journal's cut last write held changes of stream /v1/stream/{}: it continues from what is before them",
-                stream.path
-            ),
-            None => tracing::warn!(
-                key = %key_hex(key),
-                cut = %what,
-                "the journal's cut last write held changes of a stream not in the journal any more (made or removed by that write)"
-            ),
+            .filter_map(|stream| Some((stream.journal_key?, stream.path.as_str())))
+            .collect();
+        for (key, what) in cut {
+            match by_key.get(key) {
+                Some(path) => tracing::warn!(
+                    cut = %what,
+                    "the journal's cut last write held changes of the stream at {:?}: it continues from what is before them",
+                    format!("/v1/stream/{path}")
+                ),
+                None => tracing::warn!(
+                    key = %key_hex(key),
+                    cut = %what,
+                    "the journal's cut last write held changes of a stream not restored (made or removed by that write, or its record unreadable)"
+                ),
+            }
         }
     }
     if !rewritten.is_empty() {

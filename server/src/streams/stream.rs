@@ -19,6 +19,7 @@ use super::rules::{
 use super::settings::{media_type, Settings};
 use super::shown::Shown;
 use crate::admission::Bounded;
+use crate::client_addr::ClientKey;
 use gapless::{Config, EmitError, ReplayError, Ring, SingleWriter, Writer};
 use gapless_history::StreamKey;
 use std::borrow::Cow;
@@ -190,6 +191,11 @@ pub(crate) struct Stream {
     /// holds (its ring, producers, overhead): `None` for a stream made
     /// without a client address (tests, embedders).
     pub(super) client: Option<ClientCharge>,
+    /// The creating client's key, which its journal record keeps: the
+    /// client of `client`, or with none the one a restart could not charge
+    /// (restored past a share lowered since), so a later restart tries
+    /// again.
+    pub(super) creator: Option<ClientKey>,
     /// With a journal (`--data-dir`): the stream's key there. `None`: the
     /// stream is in memory only.
     pub(crate) journal_key: Option<StreamKey>,
@@ -320,6 +326,7 @@ impl Stream {
             source: new.source,
             producer_limits: new.producer_limits,
             publish_key: new.publish_key,
+            creator: new.client.as_ref().map(|charge| charge.client),
             client: new.client,
             journal_key: new.journal_key,
             ring_start: new.ring_start,

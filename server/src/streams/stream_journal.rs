@@ -178,7 +178,7 @@ impl Stream {
             publish_key: self.publish_key.map(|key| key.to_string()),
             soft_deleted: self.soft_deleted.load(Ordering::Acquire),
             accessed_unix_ms: Some(self.note_access_journaled()),
-            client: self.client.as_ref().map(|charge| charge.client.to_string()),
+            client: self.creator.map(|client| client.to_string()),
         }
     }
 
@@ -203,22 +203,40 @@ impl Stream {
             .store(self.clock_ago(ago), Ordering::Relaxed);
     }
 
-    /// Whether the stream was accessed since its journal record last said.
-    fn access_changed(&self) -> bool {
-        self.last_access_ms.load(Ordering::Relaxed)
-            != self.journaled_access_ms.load(Ordering::Relaxed)
+    /// Takes the journal record to say the access of `ago` before now
+    /// (tests of the clocks).
+    #[cfg(test)]
+    pub(crate) fn journaled_ago(&self, ago: std::time::Duration) {
+        self.journaled_access_ms
+            .store(self.clock_ago(ago), Ordering::Relaxed);
     }
 
-    /// Writes the stream's record again when it was accessed since the
-    /// record last said (its TTL clock survives a crash to within how
-    /// often this runs). Nobody waits for it: a journal that failed simply
-    /// leaves the older access on disk.
-    pub(crate) fn journal_access(&self, journal: &Journal) {
+    /// How far the last access runs ahead of what the journal record says
+    /// (0: the record says it).
+    pub(crate) fn access_unjournaled_ms(&self) -> u64 {
+        self.last_access_ms
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.journaled_access_ms.load(Ordering::Relaxed))
+    }
+
+    /// Writes the stream's record again when its last access runs ahead
+    /// of what the record says, by `at_least_ms` or more. Nobody waits for
+    /// it: a journal that failed simply leaves the older access on disk.
+    pub(crate) fn journal_access(&self, journal: &Journal, at_least_ms: u64) {
         let Some(key) = self.journal_key else {
             return;
         };
+        let behind = |stream: &Self| {
+            let ahead = stream.access_unjournaled_ms();
+            ahead > 0 && ahead >= at_least_ms
+        };
+        if !behind(self) {
+            return;
+        }
         let tail = self.tail();
-        if !self.access_changed() || self.gone.load(Ordering::Acquire) {
+        // Under the writer lock: ordered with the record's other writes,
+        // and never after the stream's removal.
+        if !behind(self) || self.gone.load(Ordering::Acquire) {
             return;
         }
         let record = StreamOp::Record {

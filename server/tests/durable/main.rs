@@ -455,7 +455,7 @@ async fn served_after_the_cut(dir: &Path, how: &str) {
     assert!(logged.contains("message 5"), "{logged}");
     // Named by its path, not only by its key in the store.
     assert!(
-        logged.contains("changes of stream /v1/stream/s"),
+        logged.contains("changes of the stream at \"/v1/stream/s\""),
         "{logged}"
     );
     let saved = saved_cut(dir);
