@@ -491,12 +491,9 @@ mod tests {
         commit.close();
     }
 
-    #[test]
-    fn what_follows_a_durable_write_runs_though_nobody_awaits_it() {
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let (_keyspace, commit) = committer(dir.path(), Duration::from_secs(3600));
+    /// A write, and what follows it: it says on `runs` when it ran.
+    fn reporting_write() -> (Op, OnDurable, mpsc::Receiver<()>) {
         let (ran, runs) = mpsc::channel();
-        let held = commit.hold();
         let op = Op::Insert(
             Part::StreamEvents,
             Slice::from(&b"k"[..]),
@@ -505,6 +502,15 @@ mod tests {
         let then: OnDurable = Box::new(move || {
             let _ = ran.send(());
         });
+        (op, then, runs)
+    }
+
+    #[test]
+    fn what_follows_a_durable_write_runs_though_nobody_awaits_it() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (_keyspace, commit) = committer(dir.path(), Duration::from_secs(3600));
+        let held = commit.hold();
+        let (op, then, runs) = reporting_write();
         drop(commit.submit_then(vec![op], Some(then)).expect("queued"));
         drop(held);
         // Answered after the first write: it ran by then.
@@ -517,16 +523,8 @@ mod tests {
     fn what_follows_a_write_does_not_run_when_the_write_fails() {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let (_keyspace, commit) = committer(dir.path(), Duration::from_secs(3600));
-        let (ran, runs) = mpsc::channel();
         let held = commit.hold();
-        let op = Op::Insert(
-            Part::StreamEvents,
-            Slice::from(&b"k"[..]),
-            Slice::from(&b"v"[..]),
-        );
-        let then: OnDurable = Box::new(move || {
-            let _ = ran.send(());
-        });
+        let (op, then, runs) = reporting_write();
         let pending = commit.submit_then(vec![op], Some(then)).expect("queued");
         // The history fails before the committer writes it.
         let _ = commit

@@ -554,7 +554,6 @@ async fn readers_are_told_a_stream_is_gone_only_once_its_removal_is_durable() {
 async fn a_message_whose_writer_went_away_is_shown_once_durable() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let (streams, disk, stream) = journaled_stream(dir.path()).await;
-    let journal = streams.journal().expect("a journal");
     let before = stream.tail_offset();
     let mut changes = Changes::of(Arc::clone(&stream));
     changes.mark_seen();
@@ -578,12 +577,7 @@ async fn a_message_whose_writer_went_away_is_shown_once_durable() {
     drop(held);
     // Queued after the append and showing nothing itself: answered, the
     // append is durable.
-    journal
-        .submit(Vec::new())
-        .expect("queued")
-        .durable()
-        .await
-        .expect("durable");
+    journal_settled(&streams).await;
     assert_ne!(
         stream.tail_offset(),
         before,
@@ -600,7 +594,6 @@ async fn a_message_whose_writer_went_away_is_shown_once_durable() {
 async fn a_removal_nobody_awaits_is_known_durable_once_committed() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let (streams, disk, _stream) = journaled_stream(dir.path()).await;
-    let journal = streams.journal().expect("a journal");
     let held = disk.hold_commits();
     let mut deleting = Box::pin(StreamWrites::delete(&*streams, "/s", |_: &_| Ok(())));
     assert!(
@@ -610,12 +603,7 @@ async fn a_removal_nobody_awaits_is_known_durable_once_committed() {
     // Its client went away (as nobody awaits an expiry).
     drop(deleting);
     drop(held);
-    journal
-        .submit(Vec::new())
-        .expect("queued")
-        .durable()
-        .await
-        .expect("durable");
+    journal_settled(&streams).await;
     // Durable and known so: with the committer held, a reader that had
     // to queue a barrier of its own would wait.
     let _held = disk.hold_commits();
