@@ -22,8 +22,9 @@
 //! before the next was started, and damage there is in the middle of what
 //! was acknowledged, which the store reports (the start stops, naming it).
 
-use super::streams::key_hex;
+use super::streams::{key_hex, StreamKey};
 use crate::LogId;
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -95,34 +96,17 @@ impl TailCut {
             "disk history: the journal's last write is cut, {how}; it held: {held}"
         );
     }
-}
 
-impl TailCut {
     /// The Durable Streams the cut held changes of, each with what they
     /// were in words ("message 5, record"; at most [`NAMED_ITEMS`] named,
     /// then how many more), in the cut's order.
-    pub(crate) fn streams(&self) -> Vec<(super::StreamKey, String)> {
+    pub(crate) fn streams(&self) -> Vec<(StreamKey, String)> {
         // Each stream's changes named, and how many more there were.
-        let mut streams: Vec<(super::StreamKey, Vec<String>, usize)> = Vec::new();
-        let mut index: std::collections::HashMap<super::StreamKey, usize> =
-            std::collections::HashMap::new();
+        let mut streams: Vec<(StreamKey, Vec<String>, usize)> = Vec::new();
+        let mut index: HashMap<StreamKey, usize> = HashMap::new();
         for item in &self.items {
-            let Some(key) = item.key.get(..16).and_then(|key| key.try_into().ok()) else {
+            let Some((key, what)) = stream_item(item) else {
                 continue;
-            };
-            let what = match item.partition.as_str() {
-                "stream_events" => match item.key.get(16..24).and_then(|seq| seq.try_into().ok()) {
-                    Some(seq) => format!("message {}", u64::from_be_bytes(seq)),
-                    None => continue,
-                },
-                "streams" => "record".to_owned(),
-                "producers" => format!("producer {:?}", String::from_utf8_lossy(&item.key[16..])),
-                _ => continue,
-            };
-            let what = if item.insert {
-                what
-            } else {
-                format!("removal of {what}")
             };
             let at = *index.entry(key).or_insert_with(|| {
                 streams.push((key, Vec::new(), 0));
@@ -130,7 +114,7 @@ impl TailCut {
             });
             let (_, named, more) = &mut streams[at];
             if named.len() < NAMED_ITEMS {
-                named.push(what);
+                named.push(format!("{}{what}", change(item)));
             } else {
                 *more += 1;
             }
@@ -147,28 +131,47 @@ impl TailCut {
     }
 }
 
+/// "removal of " for an item that removes, else nothing.
+fn change(item: &CutItem) -> &'static str {
+    if item.insert {
+        ""
+    } else {
+        "removal of "
+    }
+}
+
+/// A Durable Stream's item: the stream, and what of it the item was in
+/// words ("message 5", "record", "producer \"p\""), by the stream
+/// partitions' key layout (the table at the top of `disk.rs`).
+fn stream_item(item: &CutItem) -> Option<(StreamKey, String)> {
+    let key: StreamKey = item.key.get(..16)?.try_into().ok()?;
+    let what = match item.partition.as_str() {
+        "stream_events" => format!(
+            "message {}",
+            u64::from_be_bytes(item.key.get(16..24)?.try_into().ok()?)
+        ),
+        "streams" => "record".to_owned(),
+        "producers" => format!("producer {:?}", String::from_utf8_lossy(&item.key[16..])),
+        _ => return None,
+    };
+    Some((key, what))
+}
+
 /// One journal item in words: whose it was, by the partitions' key layout
 /// (the table at the top of `disk.rs`).
 fn describe_item(item: &CutItem) -> String {
-    let change = if item.insert { "" } else { "removal of " };
     let prefix = |key: &[u8]| -> Option<[u8; 16]> { key.get(..16)?.try_into().ok() };
     let seq =
         |key: &[u8]| -> Option<u64> { Some(u64::from_be_bytes(key.get(16..24)?.try_into().ok()?)) };
     let what = match (item.partition.as_str(), prefix(&item.key), seq(&item.key)) {
         ("events", Some(id), Some(seq)) => format!("log {} event {seq}", LogId::from_bytes(id)),
         ("logs", Some(id), _) => format!("log {} record", LogId::from_bytes(id)),
-        ("stream_events", Some(key), Some(seq)) => {
-            format!("stream {} message {seq}", key_hex(&key))
-        }
-        ("streams", Some(key), _) => format!("stream {} record", key_hex(&key)),
-        ("producers", Some(key), _) => format!(
-            "stream {} producer {:?}",
-            key_hex(&key),
-            String::from_utf8_lossy(&item.key[16..])
-        ),
-        (partition, _, _) => format!("{partition} key {}", key_hex(&item.key)),
+        (partition, _, _) => match stream_item(item) {
+            Some((key, what)) => format!("stream {} {what}", key_hex(&key)),
+            None => format!("{partition} key {}", key_hex(&item.key)),
+        },
     };
-    format!("{change}{what}")
+    format!("{}{what}", change(item))
 }
 
 /// How a journal's bytes end.

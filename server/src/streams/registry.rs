@@ -155,16 +155,8 @@ impl Streams {
     /// Waits, with a journal, until every removal begun so far is durable:
     /// call it before telling a reader a stream is gone.
     pub(crate) async fn removals_settled(&self) {
-        let queue = |journal: &Journal, begun: u64| {
-            // Under the lock the removals queue their writes under: the
-            // barrier comes after every one begun, and durable, marks them.
-            let _structure = self.lock();
-            let removals = Arc::clone(&self.removals);
-            journal
-                .submit_then(Vec::new(), move || removals.durable(begun))
-                .ok()
-        };
-        self.removals.settled(self.journal(), queue).await;
+        // Under the lock the removals queue their writes under.
+        self.removals.settled(self.journal(), || self.lock()).await;
     }
 
     /// The stream at `path` as a reader is told of it: as [`Self::get`],
@@ -490,8 +482,7 @@ impl Streams {
         if ops.is_empty() {
             return None;
         }
-        let removals = Arc::clone(&self.removals);
-        match Queued::new(journal.submit_then(ops, move || removals.durable(number))) {
+        match Queued::new(journal.submit_then(ops, self.removals.on_durable(number))) {
             Ok(queued) => Some(queued),
             Err(refusal) => Some(Queued::failed(refusal)),
         }
@@ -564,9 +555,8 @@ impl Streams {
     /// [`Self::journal_accesses`] off the runtime's threads.
     pub(crate) fn sweep(&self) -> Vec<Arc<Stream>> {
         let now = SystemTime::now();
-        let live = |stream: &Stream| !stream.soft_deleted.load(Ordering::Acquire);
         let expired = self.streams.select(usize::MAX, |stream| {
-            live(stream) && self.expired(stream, || now)
+            !stream.soft_deleted.load(Ordering::Acquire) && self.expired(stream, || now)
         });
         for stream in expired {
             let _structure = self.lock();
@@ -577,9 +567,7 @@ impl Streams {
         }
         let behind_ms = journal_every_ms();
         self.streams.select(ACCESSES_PER_PASS, |stream| {
-            live(stream)
-                && stream.settings.ttl_secs.is_some()
-                && stream.access_unjournaled_ms() >= behind_ms
+            keeps_ttl_clock(stream) && stream.access_unjournaled_ms() >= behind_ms
         })
     }
 
@@ -617,16 +605,20 @@ impl Drop for Streams {
         if self.journal.is_none() {
             return;
         }
-        let ttl = self.streams.select(usize::MAX, |stream| {
-            stream.settings.ttl_secs.is_some() && !stream.soft_deleted.load(Ordering::Acquire)
-        });
+        let ttl = self.streams.select(usize::MAX, keeps_ttl_clock);
         self.journal_accesses(&ttl, 0);
     }
 }
 
+/// Whether the journal keeps `stream`'s last access: a live `Stream-TTL`
+/// stream's (its TTL clock survives a restart; the idle clock restarts).
+fn keeps_ttl_clock(stream: &Stream) -> bool {
+    stream.settings.ttl_secs.is_some() && !stream.soft_deleted.load(Ordering::Acquire)
+}
+
 /// `Stream-TTL` streams whose access [`Streams::sweep`] returns at most at
 /// once: a pass writes a record for each, and the rest wait a second.
-pub(crate) const ACCESSES_PER_PASS: usize = 4096;
+const ACCESSES_PER_PASS: usize = 4096;
 
 /// [`journal::ACCESS_JOURNAL_EVERY`] in milliseconds.
 pub(crate) fn journal_every_ms() -> u64 {

@@ -15,6 +15,7 @@
 
 use crate::streams::journal::Journal;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// The two marks. Invariant: `durable <= begun`; every removal numbered
 /// `n <= durable` is durable in the journal.
@@ -37,27 +38,39 @@ impl Removals {
 
     /// Removal `number` is durable (its write, or a barrier queued after
     /// it): so is every removal numbered before it.
-    pub(crate) fn durable(&self, number: u64) {
+    fn durable(&self, number: u64) {
         self.durable.fetch_max(number, Ordering::AcqRel);
     }
 
+    /// What the committer runs once removal `number`'s write (or a barrier
+    /// queued after it) is durable.
+    pub(crate) fn on_durable(self: &Arc<Self>, number: u64) -> impl FnOnce() + Send {
+        let removals = Arc::clone(self);
+        move || removals.durable(number)
+    }
+
     /// Waits until every removal begun so far is durable: for a barrier in
-    /// `journal`, queued by `queue` (which must take the lock the removals
-    /// queue their writes under, so that it comes after them, and mark
-    /// removal `begun`, its second argument, durable once it is). Returns
-    /// at once while nothing is behind; on a journal that failed it returns
-    /// too (the removal may not be durable, and will not be until a
-    /// restart).
-    pub(crate) async fn settled(
-        &self,
+    /// `journal`, queued under `lock` (the lock the removals queue their
+    /// writes under, so that it comes after them). Returns at once while
+    /// nothing is behind; on a journal that failed it returns too (the
+    /// removal may not be durable, and will not be until a restart).
+    pub(crate) async fn settled<G>(
+        self: &Arc<Self>,
         journal: Option<&Journal>,
-        queue: impl FnOnce(&Journal, u64) -> Option<gapless_history::JournalWait>,
+        lock: impl FnOnce() -> G,
     ) {
         let begun = self.begun.load(Ordering::Acquire);
         if self.durable.load(Ordering::Acquire) >= begun {
             return;
         }
-        if let Some(wait) = journal.and_then(|journal| queue(journal, begun)) {
+        let Some(journal) = journal else {
+            return;
+        };
+        let queued = {
+            let _lock = lock();
+            journal.submit_then(Vec::new(), self.on_durable(begun))
+        };
+        if let Ok(wait) = queued {
             let _ = wait.durable().await;
         }
     }

@@ -18,7 +18,8 @@ pub(crate) struct Restored {
     pub(crate) closed_by: Option<(String, u64, u64)>,
     pub(crate) soft_deleted: bool,
     /// When it was last accessed (ms since the Unix epoch), if the record
-    /// says: its TTL and idle clocks continue from it.
+    /// says: its `Stream-TTL` clock continues from it (the idle clock
+    /// restarts).
     pub(crate) accessed_unix_ms: Option<u64>,
 }
 
