@@ -351,7 +351,7 @@ impl DiskHistory {
             let mut state = lock(&log);
             let expired = state.expires <= Instant::now();
             if expired {
-                state.removed = true;
+                state.remove();
             }
             expired
         };
@@ -728,7 +728,7 @@ impl History for DiskHistory {
             self.remove_events(&mut ops, id, 0)?;
             ops.push(Op::Remove(Part::Logs, Slice::from(&id.to_bytes()[..])));
             let pending = self.commit.submit(ops)?;
-            state.removed = true;
+            state.remove();
             logs.remove(id);
             pending
         };

@@ -44,6 +44,9 @@ pub(super) fn put_record(ops: &mut Vec<Op>, id: &LogId, record: &LogRecord) {
 pub(super) struct Visible {
     epoch: u64,
     seq: u64,
+    /// The log was removed: its appends' [`OnDurable`]s still to run tell
+    /// nobody (a log made again under its id has followers of its own).
+    removed: bool,
 }
 
 /// One log in memory: its record as last written, and what readers see.
@@ -71,6 +74,7 @@ impl LogState {
             visible: Arc::new(Mutex::new(Visible {
                 epoch: record.epoch,
                 seq: visible,
+                removed: false,
             })),
             record,
             expires,
@@ -101,12 +105,29 @@ impl LogState {
     ) -> Result<T, HistoryError> {
         let shown = self.show_when_durable(followed, id, epoch, last);
         let mut visible = lock(&self.visible);
-        let before = renumber.then(|| std::mem::replace(&mut *visible, Visible { epoch, seq: 0 }));
+        let before = renumber.then(|| {
+            std::mem::replace(
+                &mut *visible,
+                Visible {
+                    epoch,
+                    seq: 0,
+                    removed: false,
+                },
+            )
+        });
         let queued = submit(shown);
         if let (Err(_), Some(before)) = (&queued, before) {
             *visible = before;
         }
         queued
+    }
+
+    /// Marks the log removed (deleted or expired): a caller that found it
+    /// just before answers as if it were gone, and its appends still
+    /// queued announce nothing once durable.
+    pub(super) fn remove(&mut self) {
+        self.removed = true;
+        lock(&self.visible).removed = true;
     }
 
     /// What the committer runs once an append of this log (`id`) up to
@@ -125,6 +146,9 @@ impl LogState {
         Box::new(move || {
             let seq = {
                 let mut visible = lock(&visible);
+                if visible.removed {
+                    return;
+                }
                 if visible.epoch == epoch {
                     visible.seq = visible.seq.max(last);
                 }

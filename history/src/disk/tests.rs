@@ -363,3 +363,44 @@ async fn an_append_whose_caller_went_away_is_seen_once_durable() {
         "the log's follower was not told of the durable event"
     );
 }
+
+#[tokio::test]
+async fn a_removed_logs_late_durable_append_tells_nothing_to_the_log_made_again_under_its_id() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let history = open(dir.path(), Fsync::Always);
+    let id = LogId::random().expect("random");
+    assert!(history.create(&id, 7, &Meta::new()).await.expect("create"));
+    assert_eq!(append(&history, &id, known(7, 0), 1..=2).await, (7, 1));
+    let held = history.hold_commits();
+    // An append of the old log queued, then the log deleted and made again
+    // under the same id, all before the committer gets to them.
+    let payloads = [event(3)];
+    let mut appending = Box::pin(history.append(
+        &id,
+        known(7, 2),
+        &payloads,
+        Instant::now() + Duration::from_secs(10),
+    ));
+    assert!(futures_util::poll!(&mut appending).is_pending());
+    drop(appending);
+    let mut deleting = Box::pin(history.delete(&id));
+    assert!(futures_util::poll!(&mut deleting).is_pending());
+    let empty = Meta::new();
+    let mut creating = Box::pin(history.create(&id, 8, &empty));
+    assert!(futures_util::poll!(&mut creating).is_pending());
+    let mut follower = history.follow(&id);
+    drop(held);
+    assert!(deleting.await.expect("delete"), "the old log was deleted");
+    assert!(creating.await.expect("create"), "the new log was made");
+    assert!(
+        futures_util::poll!(Box::pin(follower.changed())).is_pending(),
+        "the new log's follower heard the removed log's seq 3"
+    );
+    assert_eq!(append(&history, &id, known(8, 0), 1..=1).await, (8, 1));
+    assert_eq!(
+        tokio::time::timeout(Duration::from_secs(10), follower.changed())
+            .await
+            .expect("an announcement"),
+        Some(Change::Published(1))
+    );
+}
