@@ -299,6 +299,36 @@ impl DiskHistory {
         Ok(streams)
     }
 
+    /// Marks the last run of the closed history in `dir` as one that did
+    /// not close, on another boot of the machine: with `--fsync never`,
+    /// the next open takes it as a power cut that may have lost
+    /// acknowledged writes (tests of what follows one).
+    ///
+    /// # Panics
+    /// The store cannot be opened or holds no run record.
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn as_if_the_machine_restarted_unclosed(dir: &std::path::Path) {
+        let keyspace = fjall::Config::new(dir.join("store"))
+            .open()
+            .expect("the store");
+        let runs = keyspace
+            .open_partition("runs", fjall::PartitionCreateOptions::default())
+            .expect("runs");
+        let mut run = super::record::RunRecord::decode(
+            &runs
+                .get(super::RUN_KEY)
+                .expect("get")
+                .expect("a run record"),
+        )
+        .expect("decode");
+        run.clean = false;
+        run.boot_id = "another boot".into();
+        runs.insert(super::RUN_KEY, run.encode()).expect("insert");
+        keyspace
+            .persist(fjall::PersistMode::SyncAll)
+            .expect("persist");
+    }
+
     /// Holds the group commit until the guard is dropped: what is queued
     /// meanwhile is neither written nor answered (tests of what readers
     /// are shown before a change is durable).

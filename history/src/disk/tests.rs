@@ -1,8 +1,7 @@
 //! What the disk history keeps across a restart (a drop and an open of the
 //! same directory), and what it refuses.
 
-use super::record::RunRecord;
-use super::{DiskError, DiskHistory, DiskLimits, Fsync, RUN_KEY};
+use super::{DiskError, DiskHistory, DiskLimits, Fsync};
 use crate::{Change, Follower, Guard, History, HistoryConfig, Known, LogId, Meta, MetaUpdate};
 use bytes::Bytes;
 use std::path::Path;
@@ -219,23 +218,6 @@ async fn a_second_process_on_the_directory_is_refused() {
 
 /// Marks the directory's last run as one that acknowledged before
 /// fdatasync and never closed, on another boot: a power cut.
-fn as_if_the_power_was_cut(dir: &Path) {
-    let keyspace = fjall::Config::new(dir.join("store"))
-        .open()
-        .expect("the store");
-    let runs = keyspace
-        .open_partition("runs", fjall::PartitionCreateOptions::default())
-        .expect("runs");
-    let mut run =
-        RunRecord::decode(&runs.get(RUN_KEY).expect("get").expect("a run record")).expect("decode");
-    run.clean = false;
-    run.boot_id = "another boot".into();
-    runs.insert(RUN_KEY, run.encode()).expect("insert");
-    keyspace
-        .persist(fjall::PersistMode::SyncAll)
-        .expect("persist");
-}
-
 #[tokio::test]
 async fn after_a_power_cut_with_fsync_never_a_log_continues_under_a_new_epoch() {
     let dir = tempfile::tempdir().expect("a temporary directory");
@@ -248,7 +230,7 @@ async fn after_a_power_cut_with_fsync_never_a_log_continues_under_a_new_epoch() 
             .expect("create"));
         append(&history, &id, known(7, 0), 1..=3).await;
     }
-    as_if_the_power_was_cut(dir.path());
+    DiskHistory::as_if_the_machine_restarted_unclosed(dir.path());
     let history = open(dir.path(), Fsync::Never);
     // What is on disk is still read as it was...
     let snapshot = history

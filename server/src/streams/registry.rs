@@ -775,3 +775,7 @@ pub(crate) fn initial_payload(json: bool, body: &[u8]) -> Result<Option<Vec<u8>>
 #[cfg(test)]
 #[path = "registry_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "registry_restart_tests.rs"]
+mod restart_tests;
