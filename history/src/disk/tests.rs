@@ -301,6 +301,22 @@ async fn a_reopened_store_writes_into_a_fresh_journal() {
     assert_eq!(snapshot.events.len(), 6);
 }
 
+/// Queues the append of event `n` to log `id` (with the committer held),
+/// and goes away without its answer.
+async fn queue_append_and_leave(history: &DiskHistory, id: &LogId, known: Known, n: u64) {
+    let payloads = [event(n)];
+    let mut appending = Box::pin(history.append(
+        id,
+        known,
+        &payloads,
+        Instant::now() + Duration::from_secs(10),
+    ));
+    assert!(
+        futures_util::poll!(&mut appending).is_pending(),
+        "the append waits for its commit"
+    );
+}
+
 #[tokio::test]
 async fn an_append_whose_caller_went_away_is_seen_once_durable() {
     let dir = tempfile::tempdir().expect("a temporary directory");
@@ -309,19 +325,8 @@ async fn an_append_whose_caller_went_away_is_seen_once_durable() {
     assert!(history.create(&id, 7, &Meta::new()).await.expect("create"));
     let mut follower = history.follow(&id);
     let held = history.hold_commits();
-    let payloads = [event(1)];
-    let mut appending = Box::pin(history.append(
-        &id,
-        known(7, 0),
-        &payloads,
-        Instant::now() + Duration::from_secs(10),
-    ));
-    assert!(
-        futures_util::poll!(&mut appending).is_pending(),
-        "the append waits for its commit"
-    );
     // Its caller went away (a client gone, an emit past its deadline).
-    drop(appending);
+    queue_append_and_leave(&history, &id, known(7, 0), 1).await;
     drop(held);
     // Queued after the append: answered, the append is durable.
     history
@@ -356,15 +361,7 @@ async fn a_removed_logs_late_durable_append_tells_nothing_to_the_log_made_again_
     let held = history.hold_commits();
     // An append of the old log queued, then the log deleted and made again
     // under the same id, all before the committer gets to them.
-    let payloads = [event(3)];
-    let mut appending = Box::pin(history.append(
-        &id,
-        known(7, 2),
-        &payloads,
-        Instant::now() + Duration::from_secs(10),
-    ));
-    assert!(futures_util::poll!(&mut appending).is_pending());
-    drop(appending);
+    queue_append_and_leave(&history, &id, known(7, 2), 3).await;
     let mut deleting = Box::pin(history.delete(&id));
     assert!(futures_util::poll!(&mut deleting).is_pending());
     let empty = Meta::new();
