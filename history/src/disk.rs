@@ -357,6 +357,9 @@ impl DiskHistory {
         };
         if expired {
             logs.remove(id);
+            // Under the logs' lock: a log made again under the id has
+            // followers of its own, which this must not drop.
+            self.followed.forget(id);
             drop(logs);
             if let Err(error) = self.remove_log_now(id) {
                 tracing::warn!(log = %id, %error, "disk history: an expired log could not be removed");
@@ -386,7 +389,6 @@ impl DiskHistory {
         self.remove_events(&mut ops, id, 0)?;
         ops.push(Op::Remove(Part::Logs, Slice::from(&id.to_bytes()[..])));
         drop(self.commit.submit(ops)?);
-        self.followed.forget(id);
         Ok(())
     }
 
@@ -730,9 +732,10 @@ impl History for DiskHistory {
             let pending = self.commit.submit(ops)?;
             state.remove();
             logs.remove(id);
+            // Under the logs' lock, as an expiry's.
+            self.followed.forget(id);
             pending
         };
-        self.followed.forget(id);
         GroupCommit::durable(pending).await?;
         Ok(true)
     }

@@ -144,17 +144,16 @@ impl LogState {
     ) -> OnDurable {
         let (visible, followed) = (Arc::clone(&self.visible), Arc::clone(followed));
         Box::new(move || {
-            let seq = {
-                let mut visible = lock(&visible);
-                if visible.removed {
-                    return;
-                }
-                if visible.epoch == epoch {
-                    visible.seq = visible.seq.max(last);
-                }
-                visible.seq
-            };
-            followed.announce(&id, seq);
+            // Announced under the lock: a removal marks it removed under
+            // it too, so no log made again under the id hears this one.
+            let mut visible = lock(&visible);
+            if visible.removed {
+                return;
+            }
+            if visible.epoch == epoch {
+                visible.seq = visible.seq.max(last);
+            }
+            followed.announce(&id, visible.seq);
         })
     }
 }

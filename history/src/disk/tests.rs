@@ -216,8 +216,6 @@ async fn a_second_process_on_the_directory_is_refused() {
     drop(open(dir.path(), Fsync::Always));
 }
 
-/// Marks the directory's last run as one that acknowledged before
-/// fdatasync and never closed, on another boot: a power cut.
 #[tokio::test]
 async fn after_a_power_cut_with_fsync_never_a_log_continues_under_a_new_epoch() {
     let dir = tempfile::tempdir().expect("a temporary directory");

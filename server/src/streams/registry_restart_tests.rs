@@ -307,6 +307,11 @@ async fn after_a_power_cut_with_fsync_never_a_stream_continues_under_a_new_gener
         .expect("appended after the restart");
     let next = stream.tail_offset();
     assert_eq!(next.seq, lost.seq, "the next message after the survivor");
+    assert_eq!(
+        stream.cursor_of(Start::At(lost)),
+        Err(ReadRefusal::NotAPosition),
+        "the lost offset now reads the message that took its seq"
+    );
     assert!(
         next.generation > lost.generation,
         "the append after the power cut reused the lost message's offset {lost}"
