@@ -299,6 +299,14 @@ async fn a_reopened_store_writes_into_a_fresh_journal() {
     assert_eq!(snapshot.events.len(), 6);
 }
 
+/// A history in `dir` (group commit on) holding one new log, epoch 7.
+async fn with_a_log(dir: &Path) -> (DiskHistory, LogId) {
+    let history = open(dir, Fsync::Always);
+    let id = LogId::random().expect("random");
+    assert!(history.create(&id, 7, &Meta::new()).await.expect("create"));
+    (history, id)
+}
+
 /// Queues the append of event `n` to log `id` (with the committer held),
 /// and goes away without its answer.
 async fn queue_append_and_leave(history: &DiskHistory, id: &LogId, known: Known, n: u64) {
@@ -318,9 +326,7 @@ async fn queue_append_and_leave(history: &DiskHistory, id: &LogId, known: Known,
 #[tokio::test]
 async fn an_append_whose_caller_went_away_is_seen_once_durable() {
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let history = open(dir.path(), Fsync::Always);
-    let id = LogId::random().expect("random");
-    assert!(history.create(&id, 7, &Meta::new()).await.expect("create"));
+    let (history, id) = with_a_log(dir.path()).await;
     let mut follower = history.follow(&id);
     let held = history.hold_commits();
     // Its caller went away (a client gone, an emit past its deadline).
@@ -352,9 +358,7 @@ async fn an_append_whose_caller_went_away_is_seen_once_durable() {
 #[tokio::test]
 async fn a_removed_logs_late_durable_append_tells_nothing_to_the_log_made_again_under_its_id() {
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let history = open(dir.path(), Fsync::Always);
-    let id = LogId::random().expect("random");
-    assert!(history.create(&id, 7, &Meta::new()).await.expect("create"));
+    let (history, id) = with_a_log(dir.path()).await;
     assert_eq!(append(&history, &id, known(7, 0), 1..=2).await, (7, 1));
     let held = history.hold_commits();
     // An append of the old log queued, then the log deleted and made again
