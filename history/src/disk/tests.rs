@@ -385,3 +385,67 @@ async fn a_removed_logs_late_durable_append_tells_nothing_to_the_log_made_again_
         Some(Change::Published(1))
     );
 }
+
+/// The bytes the file system holds for the active journal of the store
+/// at `store`, and its name.
+fn active_journal_on_disk(store: &Path) -> (std::ffi::OsString, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let journal = super::tail::active_journal(&store.join("journals"))
+        .expect("the journals")
+        .expect("an active journal");
+    let on_disk = std::fs::metadata(&journal).expect("its metadata").blocks() * 512;
+    (journal.file_name().expect("a name").to_owned(), on_disk)
+}
+
+/// The store's journal is written ahead of its end (vendor/fjall's
+/// patch): a commit's `fdatasync` then writes no block map.
+#[tokio::test]
+async fn the_journal_is_written_ahead_of_its_end() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let id = LogId::random().expect("random");
+    let history = open(dir.path(), Fsync::Always);
+    assert!(history.create(&id, 7, &meta(&[])).await.expect("create"));
+    append(&history, &id, known(7, 0), 1..=3).await;
+    let (_, on_disk) = active_journal_on_disk(&dir.path().join("store"));
+    assert!(on_disk >= 1 << 20, "the journal holds {on_disk} bytes");
+}
+
+/// A journal the store reopens (its recovery cuts the zeros past its last
+/// record) is written after that record, and ahead of it again.
+#[test]
+fn a_reopened_journal_is_written_after_its_last_record_and_ahead_of_it() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let open_store = || {
+        let keyspace = fjall::Config::new(dir.path()).open().expect("the store");
+        let partition = keyspace
+            .open_partition("p", fjall::PartitionCreateOptions::default())
+            .expect("a partition");
+        (keyspace, partition)
+    };
+    let first = {
+        let (keyspace, partition) = open_store();
+        partition.insert("one", "1").expect("insert");
+        keyspace
+            .persist(fjall::PersistMode::SyncData)
+            .expect("persist");
+        active_journal_on_disk(dir.path()).0
+    };
+    {
+        let (keyspace, partition) = open_store();
+        partition.insert("two", "2").expect("insert");
+        keyspace
+            .persist(fjall::PersistMode::SyncData)
+            .expect("persist");
+        let (journal, on_disk) = active_journal_on_disk(dir.path());
+        assert_eq!(journal, first, "the store went on in its journal");
+        assert!(
+            on_disk >= 1 << 20,
+            "the reopened journal holds {on_disk} bytes"
+        );
+    }
+    let (_, partition) = open_store();
+    for (key, value) in [("one", "1"), ("two", "2")] {
+        let read = partition.get(key).expect("read");
+        assert_eq!(read.as_deref(), Some(value.as_bytes()), "{key}");
+    }
+}

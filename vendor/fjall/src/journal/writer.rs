@@ -8,7 +8,8 @@ use lsm_tree::{coding::Encode, EncodeError, SeqNo, ValueType};
 use std::{
     fs::{File, OpenOptions},
     hash::Hasher,
-    io::{BufWriter, Write},
+    io::{BufWriter, Seek, SeekFrom, Write},
+    os::unix::fs::FileExt,
     path::{Path, PathBuf},
 };
 
@@ -17,12 +18,36 @@ pub const PRE_ALLOCATED_BYTES: u64 = 32 * 1_024 * 1_024;
 
 pub const JOURNAL_BUFFER_BYTES: usize = 8 * 1_024;
 
+/// (gapless patch) How many bytes of zeros are written ahead of the
+/// journal's end at a time. See `Writer::zero_fill_ahead`.
+pub const ZERO_FILL_BYTES: u64 = 1_024 * 1_024;
+
+/// (gapless patch) Zeros are written again once fewer than this many
+/// written bytes are left ahead of the journal's end.
+pub const ZERO_FILL_LOW_WATER_BYTES: u64 = 256 * 1_024;
+
 pub struct Writer {
     pub(crate) path: PathBuf,
     file: BufWriter<File>,
     buf: Vec<u8>,
 
     is_buffer_dirty: bool,
+
+    /// (gapless patch) The offset in the file where the next record lands.
+    /// `None` until the first write to a journal opened from an existing
+    /// file: recovery cuts that file's invalid end after this writer is
+    /// made (upstream opens it for appending), so its end is read then.
+    end: Option<u64>,
+
+    /// (gapless patch) Every byte below this offset has been written to the
+    /// file, by a record or by `zero_fill_ahead`; `zero_fill_ahead` keeps it
+    /// at least `end`, and only ever writes zeros at or above `end`, where
+    /// no record has been and none is buffered.
+    written_to: u64,
+
+    /// (gapless patch) Set once writing zeros failed (a full disk, say):
+    /// the file is then only appended to, as without the patch.
+    zero_fill_failed: bool,
 }
 
 /// The persist mode allows setting the durability guarantee of previous writes
@@ -111,12 +136,59 @@ impl Writer {
             log::error!("Failed to fsync journal file at {path:?}: {e:?}");
         })?;
 
-        Ok(Self {
+        Ok(Self::at(path, file, Some(0)))
+    }
+
+    /// (gapless patch) A writer whose next record lands at `end` of `file`.
+    fn at(path: PathBuf, file: File, end: Option<u64>) -> Self {
+        Self {
             path,
-            file: BufWriter::new(file),
+            file: BufWriter::with_capacity(JOURNAL_BUFFER_BYTES, file),
             buf: Vec::new(),
             is_buffer_dirty: false,
-        })
+            end,
+            written_to: end.unwrap_or(0),
+            zero_fill_failed: false,
+        }
+    }
+
+    /// (gapless patch) Writes zeros ahead of the journal's end, so that the
+    /// records written there land on blocks the file system has already
+    /// allocated and written.
+    ///
+    /// A journal preallocated with `set_len` alone is sparse: every
+    /// `fdatasync` that follows a write into a hole must also write the
+    /// file's block map, a second I/O the caller waits for. On a block
+    /// device without a volatile cache that doubles the cost of a commit.
+    /// Zeros are what a hole reads as, so the file's content, its length and
+    /// recovery are the same as without the patch; only the blocks are
+    /// allocated ahead, one `ZERO_FILL_BYTES` step at a time, and the
+    /// block map is written once per step instead of once per commit.
+    ///
+    /// Best effort: a failure stops the zero fill for this file (appends then
+    /// allocate as they go, as without the patch) and is never an error of
+    /// the write that triggered it.
+    fn zero_fill_ahead(&mut self, end: u64) {
+        self.written_to = self.written_to.max(end);
+        if self.zero_fill_failed || self.written_to - end >= ZERO_FILL_LOW_WATER_BYTES {
+            return;
+        }
+        #[allow(clippy::cast_possible_truncation)]
+        let zeros = vec![0; ZERO_FILL_BYTES as usize];
+        // Positional: the file's cursor (where `file` writes records, at
+        // `end` once its buffer is flushed) does not move, and the zeros
+        // land at or above `end`, where no record is.
+        match self.file.get_ref().write_all_at(&zeros, self.written_to) {
+            Ok(()) => self.written_to += ZERO_FILL_BYTES,
+            Err(e) => {
+                log::warn!(
+                    "Could not write zeros ahead of journal {:?} at {}, appending without: {e:?}",
+                    self.path,
+                    self.written_to
+                );
+                self.zero_fill_failed = true;
+            }
+        }
     }
 
     pub fn from_file<P: AsRef<Path>>(path: P) -> crate::Result<Self> {
@@ -141,27 +213,41 @@ impl Writer {
                 log::error!("Failed to fsync journal file at {path:?}: {e:?}");
             })?;
 
-            return Ok(Self {
-                path: path.into(),
-                file: BufWriter::with_capacity(JOURNAL_BUFFER_BYTES, file),
-                buf: Vec::new(),
-                is_buffer_dirty: false,
-            });
+            return Ok(Self::at(path.into(), file, Some(0)));
         }
 
+        // (gapless patch) Not `append(true)`: on Linux a positional write to
+        // a file opened for appending lands at its end whatever its offset,
+        // and the zeros `zero_fill_ahead` writes would move that end.
         let file = OpenOptions::new()
-            .append(true)
+            .write(true)
             .open(path)
             .inspect_err(|e| {
                 log::error!("Failed to open journal file at {path:?}: {e:?}");
             })?;
 
-        Ok(Self {
-            path: path.into(),
-            file: BufWriter::with_capacity(JOURNAL_BUFFER_BYTES, file),
-            buf: Vec::new(),
-            is_buffer_dirty: false,
-        })
+        Ok(Self::at(path.into(), file, None))
+    }
+
+    /// (gapless patch) Where the next record lands: the file's end at the
+    /// first write, once recovery has cut what was invalid (see `end`).
+    fn end(&mut self) -> std::io::Result<u64> {
+        if let Some(end) = self.end {
+            return Ok(end);
+        }
+        let end = self.file.seek(SeekFrom::End(0))?;
+        self.written_to = end;
+        self.end = Some(end);
+        Ok(end)
+    }
+
+    /// (gapless patch) Counts `bytes` written whole at the end, and writes
+    /// zeros ahead of it when due.
+    fn wrote(&mut self, bytes: usize, end: u64, zero_fill_failed: bool) {
+        let end = end + bytes as u64;
+        self.end = Some(end);
+        self.zero_fill_failed = zero_fill_failed;
+        self.zero_fill_ahead(end);
     }
 
     /// Persists the journal file.
@@ -226,6 +312,11 @@ impl Writer {
     ) -> crate::Result<usize> {
         self.is_buffer_dirty = true;
 
+        // (gapless patch) A record that fails halfway leaves the file's end
+        // unknown: the zero fill stays off for this file unless it completes.
+        let end = self.end()?;
+        let zero_fill_failed = std::mem::replace(&mut self.zero_fill_failed, true);
+
         let mut hasher = xxhash_rust::xxh3::Xxh3::new();
         let mut byte_count = 0;
 
@@ -244,6 +335,8 @@ impl Writer {
         let checksum = hasher.finish();
         byte_count += self.write_end(checksum)?;
 
+        self.wrote(byte_count, end, zero_fill_failed);
+
         Ok(byte_count)
     }
 
@@ -258,6 +351,10 @@ impl Writer {
         }
 
         self.is_buffer_dirty = true;
+
+        // (gapless patch) As in `write_raw`.
+        let end = self.end()?;
+        let zero_fill_failed = std::mem::replace(&mut self.zero_fill_failed, true);
 
         self.buf.clear();
 
@@ -292,6 +389,8 @@ impl Writer {
 
         let checksum = hasher.finish();
         byte_count += self.write_end(checksum)?;
+
+        self.wrote(byte_count, end, zero_fill_failed);
 
         Ok(byte_count)
     }
