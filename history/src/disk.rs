@@ -251,20 +251,6 @@ impl DiskHistory {
         };
         runs.insert(RUN_KEY, run.encode()).map_err(store)?;
         keyspace.persist(PersistMode::SyncAll).map_err(store)?;
-        // The store reopens its last journal for appending at the end of
-        // what it recovered: every later write would extend the file, and
-        // an extending write's fdatasync writes one more block (3.0 device
-        // writes a commit against 2.1 into a preallocated journal, 40-70 µs
-        // of every one-connection append, until the store rotated the
-        // journal on its own). Sealing the runs partition's memtable, which
-        // holds the run record just written, rotates the journal: writes
-        // go to a fresh preallocated one. The memtable is flushed in the
-        // background; the sealed journal goes once every partition's
-        // memtable from it is flushed, as with any rotation.
-        // `rotate_memtable` is public but hidden from fjall's docs; 2.11 is
-        // pinned in Cargo.lock and `a_reopened_store_writes_into_a_fresh_journal`
-        // checks what it does.
-        runs.rotate_memtable().map_err(store)?;
 
         config.url = format!("file://{}", dir.display());
         let now = Instant::now();

@@ -9,7 +9,7 @@
 //! end marker with the xxh3 of the items' bytes, then zeros to the end of
 //! the preallocated file. Written by `fjall::journal::marker` and read here
 //! only as far as needed to find where the last intact batch ends and to
-//! name the items after it (`fjall` is pinned to 2.11 in `Cargo.lock`; the
+//! name the items after it (`fjall` 2.11.2 is vendored, `vendor/fjall`; the
 //! tests below read journals fjall wrote).
 //!
 //! | marker | bytes |

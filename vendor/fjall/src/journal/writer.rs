@@ -9,7 +9,6 @@ use std::{
     fs::{File, OpenOptions},
     hash::Hasher,
     io::{BufWriter, Seek, SeekFrom, Write},
-    os::unix::fs::FileExt,
     path::{Path, PathBuf},
 };
 
@@ -48,6 +47,19 @@ pub struct Writer {
     /// (gapless patch) Set once writing zeros failed (a full disk, say):
     /// the file is then only appended to, as without the patch.
     zero_fill_failed: bool,
+}
+
+/// (gapless patch) Writes `zeros` at `offset` of `file`, without moving its
+/// cursor.
+#[cfg(unix)]
+fn write_zeros_at(file: &File, zeros: &[u8], offset: u64) -> std::io::Result<()> {
+    std::os::unix::fs::FileExt::write_all_at(file, zeros, offset)
+}
+
+/// (gapless patch) Elsewhere the journal is only appended to, as upstream.
+#[cfg(not(unix))]
+fn write_zeros_at(_file: &File, _zeros: &[u8], _offset: u64) -> std::io::Result<()> {
+    Err(std::io::ErrorKind::Unsupported.into())
 }
 
 /// The persist mode allows setting the durability guarantee of previous writes
@@ -160,10 +172,13 @@ impl Writer {
     /// `fdatasync` that follows a write into a hole must also write the
     /// file's block map, a second I/O the caller waits for. On a block
     /// device without a volatile cache that doubles the cost of a commit.
-    /// Zeros are what a hole reads as, so the file's content, its length and
-    /// recovery are the same as without the patch; only the blocks are
+    /// Zeros are what a hole reads as, so what the file holds and how it is
+    /// recovered are the same as without the patch; only the blocks are
     /// allocated ahead, one `ZERO_FILL_BYTES` step at a time, and the
-    /// block map is written once per step instead of once per commit.
+    /// block map is written once per step instead of once per commit. The
+    /// file is longer than upstream's (by `ZERO_FILL_BYTES` at most) where
+    /// the zeros pass its end: once its records pass the preallocated
+    /// length, and in a journal recovery cut back. `len` counts them.
     ///
     /// Best effort: a failure stops the zero fill for this file (appends then
     /// allocate as they go, as without the patch) and is never an error of
@@ -178,7 +193,7 @@ impl Writer {
         // Positional: the file's cursor (where `file` writes records, at
         // `end` once its buffer is flushed) does not move, and the zeros
         // land at or above `end`, where no record is.
-        match self.file.get_ref().write_all_at(&zeros, self.written_to) {
+        match write_zeros_at(self.file.get_ref(), &zeros, self.written_to) {
             Ok(()) => self.written_to += ZERO_FILL_BYTES,
             Err(e) => {
                 log::warn!(
