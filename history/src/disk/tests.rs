@@ -445,3 +445,121 @@ fn a_reopened_journal_is_written_after_its_last_record_and_ahead_of_it() {
         assert_eq!(read.as_deref(), Some(value.as_bytes()), "{key}");
     }
 }
+
+/// A commit does not wait for the store's level lock, which a flush or a
+/// compaction holds while it rewrites the level manifest and syncs it
+/// (vendor/fjall's patch: the write stall checks read the L0 run count
+/// kept aside). The lock held here stands for such a sync; the timeout
+/// only turns a commit that waits for it into a failure instead of a hang.
+#[test]
+fn a_commit_does_not_wait_for_the_level_lock() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let keyspace = fjall::Config::new(dir.path()).open().expect("the store");
+    let partition = keyspace
+        .open_partition("p", fjall::PartitionCreateOptions::default())
+        .expect("a partition");
+    let fjall::AnyTree::Standard(tree) = &partition.tree else {
+        panic!("a standard tree");
+    };
+    let levels = tree.levels.write().expect("the level lock");
+    let (committed, was_committed) = std::sync::mpsc::channel();
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let mut batch = keyspace.batch();
+            batch.insert(&partition, "key", "value");
+            let result = batch.commit();
+            committed.send(result.is_ok()).expect("the test waits");
+        });
+        let answer = was_committed.recv_timeout(Duration::from_secs(30));
+        drop(levels);
+        assert_eq!(answer, Ok(true), "the commit waited for the level lock");
+    });
+}
+
+/// The L0 run count kept aside for the write path follows the tree's
+/// through flushes and a compaction, so writes still stall and halt when L0
+/// piles up.
+#[test]
+fn the_l0_run_count_kept_follows_flushes_and_compactions() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    // No compaction thread: what a background compaction would refresh
+    // cannot hide what a flush or the major compaction failed to.
+    let store = || fjall::Config::new(dir.path()).compaction_workers(0);
+    let keyspace = store().open().expect("the store");
+    let partition = keyspace
+        .open_partition("p", fjall::PartitionCreateOptions::default())
+        .expect("a partition");
+    let actual = || {
+        use fjall::AbstractTree;
+        partition.tree.l0_run_count()
+    };
+    // Each flush covers the same keys: the runs overlap, and each counts
+    // (an L0 of disjoint runs counts as one).
+    for n in 0..3u8 {
+        partition.insert("a", [n]).expect("insert");
+        partition.insert("z", [n]).expect("insert");
+        partition.rotate_memtable_and_wait().expect("a flush");
+    }
+    assert_eq!(actual(), 3, "the flushes made three L0 runs");
+    assert_eq!(partition.l0_run_count_kept(), actual(), "after the flushes");
+    partition.major_compact().expect("a compaction");
+    assert_eq!(
+        partition.l0_run_count_kept(),
+        actual(),
+        "after the compaction"
+    );
+    assert_eq!(
+        actual(),
+        1,
+        "the compaction emptied L0 (an empty L0 counts as one)"
+    );
+    for n in 3..5u8 {
+        partition.insert("a", [n]).expect("insert");
+        partition.insert("z", [n]).expect("insert");
+        partition.rotate_memtable_and_wait().expect("a flush");
+    }
+    drop(partition);
+    drop(keyspace);
+    let keyspace = store().open().expect("the store again");
+    let partition = keyspace
+        .open_partition("p", fjall::PartitionCreateOptions::default())
+        .expect("the partition again");
+    let actual = {
+        use fjall::AbstractTree;
+        partition.tree.l0_run_count()
+    };
+    assert_eq!(actual, 2, "two L0 runs on disk");
+    assert_eq!(partition.l0_run_count_kept(), actual, "after an open");
+}
+
+/// A background compaction refreshes the L0 run count kept aside: the
+/// write halt waits for that, not for the tree's level lock. The loop
+/// waits for the condition under test; the deadline only turns a count
+/// never refreshed into a failure.
+#[test]
+fn a_background_compaction_refreshes_the_l0_run_count_kept() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let keyspace = fjall::Config::new(dir.path())
+        .compaction_workers(1)
+        .open()
+        .expect("the store");
+    let partition = keyspace
+        .open_partition("p", fjall::PartitionCreateOptions::default())
+        .expect("a partition");
+    // Four overlapping runs: the leveled strategy's threshold to merge L0.
+    for n in 0..4u8 {
+        partition.insert("a", [n]).expect("insert");
+        partition.insert("z", [n]).expect("insert");
+        partition.rotate_memtable_and_wait().expect("a flush");
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while partition.l0_run_count_kept() != 1 && std::time::Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+    let actual = {
+        use fjall::AbstractTree;
+        partition.tree.l0_run_count()
+    };
+    assert_eq!(actual, 1, "the compaction merged L0");
+    assert_eq!(partition.l0_run_count_kept(), 1, "the count kept after it");
+}

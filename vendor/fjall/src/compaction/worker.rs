@@ -30,10 +30,16 @@ pub fn run(
 
     let start = Instant::now();
 
-    if let Err(e) = item
+    let result = item
         .tree
-        .compact(strategy.inner(), snapshot_tracker.get_seqno_safe_to_gc())
-    {
+        .compact(strategy.inner(), snapshot_tracker.get_seqno_safe_to_gc());
+
+    // (gapless patch) the write path reads the L0 run count kept aside:
+    // refreshed after every compaction, failed or not, and whether it
+    // chose to merge or not
+    item.refresh_l0_runs();
+
+    if let Err(e) = result {
         log::error!("Compaction failed: {e:?}");
         return Err(e.into());
     }

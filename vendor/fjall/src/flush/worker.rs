@@ -144,6 +144,10 @@ pub fn run(
                     return Err(e.into());
                 }
 
+                // (gapless patch) the write path reads the L0 run count
+                // kept aside: the flush has just added to it
+                partition.refresh_l0_runs();
+
                 log::debug!("write locking flush manager to submit results");
                 let mut flush_manager = flush_manager.write().expect("lock is poisoned");
 

@@ -105,6 +105,14 @@ pub struct PartitionHandleInner {
 
     /// Number of completed memtable flushes in this partition
     pub(crate) flushes_completed: AtomicUsize,
+
+    /// (gapless patch) The tree's L0 run count as of the last flush,
+    /// compaction or open of this partition: the only events that change
+    /// it. The write stall and halt checks read it here instead of taking
+    /// the tree's level lock, which a flush or a compaction holds while it
+    /// rewrites the level manifest and syncs it; a write would otherwise
+    /// wait for those syncs. Refreshed by `refresh_l0_runs`.
+    pub(crate) l0_runs: AtomicUsize,
 }
 
 impl Drop for PartitionHandleInner {
@@ -254,8 +262,11 @@ impl PartitionHandle {
         name: PartitionKey,
         config: CreateOptions,
     ) -> Self {
+        // (gapless patch) the L0 run count, read before the tree moves in
+        let l0_runs = AtomicUsize::new(tree.l0_run_count());
         Self(Arc::new(PartitionHandleInner {
             name,
+            l0_runs,
             tree,
             partitions: keyspace.partitions.clone(),
             keyspace_config: keyspace.config.clone(),
@@ -321,8 +332,11 @@ impl PartitionHandle {
             lsm_tree::TreeType::Blob => AnyTree::Blob(base_config.open_as_blob_tree()?),
         };
 
+        // (gapless patch) the L0 run count, read before the tree moves in
+        let l0_runs = AtomicUsize::new(tree.l0_run_count());
         Ok(Self(Arc::new(PartitionHandleInner {
             name,
+            l0_runs,
             config,
             partitions: keyspace.partitions.clone(),
             keyspace_config: keyspace.config.clone(),
@@ -830,8 +844,27 @@ impl PartitionHandle {
         }
     }
 
+    /// (gapless patch) Reads the tree's L0 run count again, taking its level
+    /// lock: called by the flush and compaction workers after each job, and
+    /// after a major compaction, so the write path never has to.
+    pub(crate) fn refresh_l0_runs(&self) {
+        self.l0_runs.store(
+            self.tree.l0_run_count(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    /// (gapless patch) The L0 run count the write path reads: the tree's as
+    /// of its last flush, compaction or open.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn l0_run_count_kept(&self) -> usize {
+        self.l0_runs.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     fn check_write_stall(&self) {
-        let l0_run_count = self.tree.l0_run_count();
+        // (gapless patch) the count kept aside, not the tree's level lock
+        let l0_run_count = self.l0_runs.load(std::sync::atomic::Ordering::Relaxed);
 
         if l0_run_count >= 20 {
             let sleep_us = get_write_delay(l0_run_count);
@@ -845,7 +878,9 @@ impl PartitionHandle {
     }
 
     fn check_write_halt(&self) {
-        while self.tree.l0_run_count() >= 32 {
+        // (gapless patch) the count kept aside: each notified compaction
+        // refreshes it, done or not, so this loop ends once L0 has shrunk
+        while self.l0_runs.load(std::sync::atomic::Ordering::Relaxed) >= 32 {
             log::info!("Halting writes until L0 is cleared up...");
             self.compaction_manager.notify(self.clone());
             std::thread::sleep(Duration::from_millis(10));
@@ -949,6 +984,8 @@ impl PartitionHandle {
                 log::warn!("Major compaction not supported for FIFO strategy");
             }
         }
+        // (gapless patch)
+        self.refresh_l0_runs();
         Ok(())
     }
 
