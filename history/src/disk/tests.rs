@@ -448,15 +448,20 @@ fn a_reopened_journal_is_written_after_its_last_record_and_ahead_of_it() {
 
 /// A commit does not wait for the store's level lock, which a flush or a
 /// compaction holds while it rewrites the level manifest and syncs it
-/// (vendor/fjall's patch: the write stall checks read the L0 run count
-/// kept aside). The lock held here stands for such a sync; the timeout
-/// only turns a commit that waits for it into a failure instead of a hang.
+/// (vendor/fjall's patch: the write stall check, and the halt check after
+/// a memtable overflows, read the L0 run count kept aside). The batch
+/// overflows the partition's small memtable, so both checks run. The lock
+/// held here stands for such a sync; the timeout only turns a commit that
+/// waits for it into a failure instead of a hang.
 #[test]
 fn a_commit_does_not_wait_for_the_level_lock() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let keyspace = fjall::Config::new(dir.path()).open().expect("the store");
     let partition = keyspace
-        .open_partition("p", fjall::PartitionCreateOptions::default())
+        .open_partition(
+            "p",
+            fjall::PartitionCreateOptions::default().max_memtable_size(1_024),
+        )
         .expect("a partition");
     let fjall::AnyTree::Standard(tree) = &partition.tree else {
         panic!("a standard tree");
@@ -466,7 +471,7 @@ fn a_commit_does_not_wait_for_the_level_lock() {
     std::thread::scope(|scope| {
         scope.spawn(|| {
             let mut batch = keyspace.batch();
-            batch.insert(&partition, "key", "value");
+            batch.insert(&partition, "key", vec![7u8; 4_096]);
             let result = batch.commit();
             committed.send(result.is_ok()).expect("the test waits");
         });

@@ -107,12 +107,18 @@ pub struct PartitionHandleInner {
     pub(crate) flushes_completed: AtomicUsize,
 
     /// (gapless patch) The tree's L0 run count as of the last flush,
-    /// compaction or open of this partition: the only events that change
-    /// it. The write stall and halt checks read it here instead of taking
+    /// compaction or open of this partition: what changes it in gapless's
+    /// use (ingestion, and calls on `tree` itself, are not followed). The write stall and halt checks read it here instead of taking
     /// the tree's level lock, which a flush or a compaction holds while it
     /// rewrites the level manifest and syncs it; a write would otherwise
     /// wait for those syncs. Refreshed by `refresh_l0_runs`.
     pub(crate) l0_runs: AtomicUsize,
+
+    /// (gapless patch) Orders the refreshes of `l0_runs`: each reads the
+    /// tree's count and stores it under this lock, so the last store comes
+    /// from the last read, which follows the last change (a flush and a
+    /// compaction may refresh at once).
+    pub(crate) l0_refresh: std::sync::Mutex<()>,
 }
 
 impl Drop for PartitionHandleInner {
@@ -267,6 +273,7 @@ impl PartitionHandle {
         Self(Arc::new(PartitionHandleInner {
             name,
             l0_runs,
+            l0_refresh: std::sync::Mutex::default(),
             tree,
             partitions: keyspace.partitions.clone(),
             keyspace_config: keyspace.config.clone(),
@@ -337,6 +344,7 @@ impl PartitionHandle {
         Ok(Self(Arc::new(PartitionHandleInner {
             name,
             l0_runs,
+            l0_refresh: std::sync::Mutex::default(),
             config,
             partitions: keyspace.partitions.clone(),
             keyspace_config: keyspace.config.clone(),
@@ -848,6 +856,10 @@ impl PartitionHandle {
     /// lock: called by the flush and compaction workers after each job, and
     /// after a major compaction, so the write path never has to.
     pub(crate) fn refresh_l0_runs(&self) {
+        let _in_order = self
+            .l0_refresh
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         self.l0_runs.store(
             self.tree.l0_run_count(),
             std::sync::atomic::Ordering::Relaxed,
