@@ -44,11 +44,12 @@ pub enum Fsync {
 /// Writes one committer batch holds at most.
 const GROUP_MAX: usize = 1024;
 
-/// How often the committer asks the store its size on disk; between two
-/// asks it adds what each batch wrote. Asking stats the journal file, and
-/// on ext4 a stat between a write and its `fdatasync` costs that sync a
-/// second block write (the inode): asked after every batch, it took 3.0
-/// writes to the device per commit instead of 2.1, and 40-60 µs.
+/// How often the store's size on disk is measured; in between, the
+/// committer adds what each batch wrote. Measuring stats the journal file,
+/// and on ext4 a stat between a write and its `fdatasync` costs that sync a
+/// second block write (the inode): measured after every batch, it took 3.0
+/// writes to the device per commit instead of 2.1, and 40-60 µs. Once a
+/// second, a commit in about a second's worth pays it.
 const MEASURE_EVERY: Duration = Duration::from_secs(1);
 
 /// What the journal adds for each change beside its key and value (an
@@ -149,12 +150,18 @@ struct Counters {
     batches: AtomicU64,
     fsyncs: AtomicU64,
     fsync_micros: AtomicU64,
-    /// The store's size on disk: measured by the committer at most every
-    /// [`MEASURE_EVERY`], plus what it wrote since (never less than the
-    /// store holds, as deletions free space only once compacted). Kept by
-    /// the committer: the store's own measure takes its journal lock,
-    /// which the committer holds across every `fdatasync`, and a writer
-    /// asking for room would wait out the sync on a runtime thread.
+    /// The store's size on disk: measured every [`MEASURE_EVERY`] by a
+    /// thread of its own ([`measure_store`]), plus what the committer wrote
+    /// since the measure began (never less than the store holds, as
+    /// deletions free space only once compacted). The committer only adds
+    /// to it, after each batch's sync and before its answers, so a writer
+    /// that has its answer sees its bytes counted; the measuring thread
+    /// only replaces it, in one read-modify-write. Neither a runtime thread
+    /// nor the committer ever measures: the store's measure takes its
+    /// journal lock, held across every `fdatasync`, and each partition's
+    /// level lock, held by a flush or compaction across its manifest's
+    /// syncs (on the committer, once a second, it held a whole group's
+    /// answers behind them).
     store_bytes: AtomicU64,
     /// Why the history failed, after a failed batch or `fdatasync`.
     failed: OnceLock<HistoryError>,
@@ -165,6 +172,9 @@ pub(crate) struct GroupCommit {
     /// `None` once closed (the committer then ends).
     queue: Mutex<Option<mpsc::Sender<Queued>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// The thread that measures the store's size, and what stops it (its
+    /// end dropped): `None` once closed.
+    measurer: Mutex<Option<(mpsc::Sender<()>, JoinHandle<()>)>>,
     counters: Arc<Counters>,
     /// Held by a test: the committer writes nothing meanwhile
     /// ([`Self::hold`]).
@@ -204,13 +214,25 @@ impl GroupCommit {
             .store(keyspace.disk_space(), Ordering::Relaxed);
         #[cfg(any(test, feature = "test-support"))]
         let hold = Arc::new(Mutex::new(()));
+        let (stop_measuring, measuring) = mpsc::channel();
+        let measurer = {
+            let keyspace = keyspace.clone();
+            let counters = Arc::clone(&counters);
+            std::thread::Builder::new()
+                .name("gapless-disk-size".into())
+                .spawn(move || {
+                    while let Err(mpsc::RecvTimeoutError::Timeout) =
+                        measuring.recv_timeout(measure_every)
+                    {
+                        measure_store(&keyspace, &counters.store_bytes);
+                    }
+                })?
+        };
         let committer = Committer {
             keyspace,
             partitions,
             fsync,
             counters: Arc::clone(&counters),
-            measured_at: StdInstant::now(),
-            measure_every,
             #[cfg(any(test, feature = "test-support"))]
             hold: Arc::clone(&hold),
         };
@@ -220,6 +242,7 @@ impl GroupCommit {
         Ok(Self {
             queue: Mutex::new(Some(queue)),
             thread: Mutex::new(Some(thread)),
+            measurer: Mutex::new(Some((stop_measuring, measurer))),
             counters,
             #[cfg(any(test, feature = "test-support"))]
             hold,
@@ -306,7 +329,31 @@ impl GroupCommit {
                 tracing::error!("disk history: the committer thread panicked");
             }
         }
+        let measurer = self
+            .measurer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some((stop, thread)) = measurer {
+            drop(stop);
+            if thread.join().is_err() {
+                tracing::error!("disk history: the thread measuring the store panicked");
+            }
+        }
     }
+}
+
+/// Measures the store's size into `store_bytes`, keeping what the
+/// committer added while it measured (which the measure may or may not
+/// hold: counted twice at worst, never missed). The committer only adds and
+/// this is the only thread that replaces, so `now - before` is what was
+/// added since `before` was read.
+fn measure_store(keyspace: &Keyspace, store_bytes: &AtomicU64) {
+    let before = store_bytes.load(Ordering::Relaxed);
+    let measured = keyspace.disk_space();
+    let _ = store_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |now| {
+        Some(measured.saturating_add(now.saturating_sub(before)))
+    });
 }
 
 fn stopped() -> HistoryError {
@@ -319,17 +366,13 @@ struct Committer {
     partitions: Partitions,
     fsync: Fsync,
     counters: Arc<Counters>,
-    /// When the store's size was last measured.
-    measured_at: StdInstant,
-    /// How often it is ([`MEASURE_EVERY`]).
-    measure_every: Duration,
     /// Taken around each batch ([`GroupCommit::hold`]).
     #[cfg(any(test, feature = "test-support"))]
     hold: Arc<Mutex<()>>,
 }
 
 impl Committer {
-    fn run(mut self, received: &mpsc::Receiver<Queued>) {
+    fn run(self, received: &mpsc::Receiver<Queued>) {
         while let Ok(first) = received.recv() {
             let mut group = vec![first];
             while group.len() < GROUP_MAX {
@@ -374,19 +417,12 @@ impl Committer {
         }
     }
 
-    /// Keeps [`Counters::store_bytes`] after a batch that wrote about
+    /// Adds to [`Counters::store_bytes`] what a batch wrote, about
     /// `written` bytes.
-    fn count_store_bytes(&mut self, written: u64) {
-        if self.measured_at.elapsed() >= self.measure_every {
-            self.measured_at = StdInstant::now();
-            self.counters
-                .store_bytes
-                .store(self.keyspace.disk_space(), Ordering::Relaxed);
-        } else {
-            self.counters
-                .store_bytes
-                .fetch_add(written, Ordering::Relaxed);
-        }
+    fn count_store_bytes(&self, written: u64) {
+        self.counters
+            .store_bytes
+            .fetch_add(written, Ordering::Relaxed);
     }
 
     /// Writes the group as one batch, then makes it durable.
@@ -540,13 +576,53 @@ mod tests {
         commit.close();
     }
 
+    /// The loop waits for the condition under test (a measure after the
+    /// last write); the deadline only turns a size never measured again
+    /// into a failure.
     #[test]
     fn the_store_size_is_measured_again_once_due() {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let (keyspace, commit) = committer(dir.path(), Duration::ZERO);
+        let (keyspace, commit) = committer(dir.path(), Duration::from_millis(1));
         write(&commit, 0, 64 << 10);
         write(&commit, 1, 64 << 10);
-        commit.close();
+        // The journal is preallocated: only a measure brings the counted
+        // size back to the store's own.
+        let deadline = StdInstant::now() + Duration::from_secs(30);
+        while commit.store_bytes() != keyspace.disk_space() && StdInstant::now() < deadline {
+            std::thread::yield_now();
+        }
         assert_eq!(commit.store_bytes(), keyspace.disk_space());
+        commit.close();
+    }
+
+    /// The store is measured on a thread of its own, never on the
+    /// committer: a batch commits while the store's measure is held up
+    /// (the test holds a partition's level lock, as a compaction's
+    /// manifest sync does), and the measuring thread is the one waiting.
+    /// The timeout only turns a commit that waits into a failure.
+    #[test]
+    fn a_commit_does_not_wait_for_the_store_to_be_measured() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (keyspace, commit) = committer(dir.path(), Duration::from_millis(1));
+        let partition = keyspace
+            .open_partition("stream_events", PartitionCreateOptions::default())
+            .expect("the partition");
+        let fjall::AnyTree::Standard(tree) = &partition.tree else {
+            panic!("a standard tree");
+        };
+        let levels = tree.levels.write().expect("the level lock");
+        let (answered, was_answered) = mpsc::channel();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                for seq in 0..3 {
+                    write(&commit, seq, 1 << 10);
+                }
+                answered.send(()).expect("the test waits");
+            });
+            let answer = was_answered.recv_timeout(Duration::from_secs(30));
+            drop(levels);
+            assert_eq!(answer, Ok(()), "a commit waited for the store's measure");
+        });
+        commit.close();
     }
 }
