@@ -481,6 +481,21 @@ fn a_commit_does_not_wait_for_the_level_lock() {
     });
 }
 
+/// Writes keys `a` and `z` and flushes them: every such run covers the
+/// same keys, so the runs overlap and each counts (an L0 of disjoint runs
+/// counts as one).
+fn flush_overlapping_run(partition: &fjall::PartitionHandle, n: u8) {
+    partition.insert("a", [n]).expect("insert");
+    partition.insert("z", [n]).expect("insert");
+    partition.rotate_memtable_and_wait().expect("a flush");
+}
+
+/// The tree's own L0 run count, under its level lock.
+fn l0_runs(partition: &fjall::PartitionHandle) -> usize {
+    use fjall::AbstractTree;
+    partition.tree.l0_run_count()
+}
+
 /// The L0 run count kept aside for the write path follows the tree's
 /// through flushes and a compaction, so writes still stall and halt when L0
 /// piles up.
@@ -494,16 +509,9 @@ fn the_l0_run_count_kept_follows_flushes_and_compactions() {
     let partition = keyspace
         .open_partition("p", fjall::PartitionCreateOptions::default())
         .expect("a partition");
-    let actual = || {
-        use fjall::AbstractTree;
-        partition.tree.l0_run_count()
-    };
-    // Each flush covers the same keys: the runs overlap, and each counts
-    // (an L0 of disjoint runs counts as one).
-    for n in 0..3u8 {
-        partition.insert("a", [n]).expect("insert");
-        partition.insert("z", [n]).expect("insert");
-        partition.rotate_memtable_and_wait().expect("a flush");
+    let actual = || l0_runs(&partition);
+    for n in 0..3 {
+        flush_overlapping_run(&partition, n);
     }
     assert_eq!(actual(), 3, "the flushes made three L0 runs");
     assert_eq!(partition.l0_run_count_kept(), actual(), "after the flushes");
@@ -518,10 +526,8 @@ fn the_l0_run_count_kept_follows_flushes_and_compactions() {
         1,
         "the compaction emptied L0 (an empty L0 counts as one)"
     );
-    for n in 3..5u8 {
-        partition.insert("a", [n]).expect("insert");
-        partition.insert("z", [n]).expect("insert");
-        partition.rotate_memtable_and_wait().expect("a flush");
+    for n in 3..5 {
+        flush_overlapping_run(&partition, n);
     }
     drop(partition);
     drop(keyspace);
@@ -529,10 +535,7 @@ fn the_l0_run_count_kept_follows_flushes_and_compactions() {
     let partition = keyspace
         .open_partition("p", fjall::PartitionCreateOptions::default())
         .expect("the partition again");
-    let actual = {
-        use fjall::AbstractTree;
-        partition.tree.l0_run_count()
-    };
+    let actual = l0_runs(&partition);
     assert_eq!(actual, 2, "two L0 runs on disk");
     assert_eq!(partition.l0_run_count_kept(), actual, "after an open");
 }
@@ -552,19 +555,14 @@ fn a_background_compaction_refreshes_the_l0_run_count_kept() {
         .open_partition("p", fjall::PartitionCreateOptions::default())
         .expect("a partition");
     // Four overlapping runs: the leveled strategy's threshold to merge L0.
-    for n in 0..4u8 {
-        partition.insert("a", [n]).expect("insert");
-        partition.insert("z", [n]).expect("insert");
-        partition.rotate_memtable_and_wait().expect("a flush");
+    for n in 0..4 {
+        flush_overlapping_run(&partition, n);
     }
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while partition.l0_run_count_kept() != 1 && std::time::Instant::now() < deadline {
         std::thread::yield_now();
     }
-    let actual = {
-        use fjall::AbstractTree;
-        partition.tree.l0_run_count()
-    };
+    let actual = l0_runs(&partition);
     assert_eq!(actual, 1, "the compaction merged L0");
     assert_eq!(partition.l0_run_count_kept(), 1, "the count kept after it");
 }

@@ -108,8 +108,9 @@ pub struct PartitionHandleInner {
 
     /// (gapless patch) The tree's L0 run count as of the last flush,
     /// compaction or open of this partition: what changes it in gapless's
-    /// use (ingestion, and calls on `tree` itself, are not followed). The write stall and halt checks read it here instead of taking
-    /// the tree's level lock, which a flush or a compaction holds while it
+    /// use (ingestion, and calls on `tree` itself, are not followed). The
+    /// write stall and halt checks read it here instead of taking the
+    /// tree's level lock, which a flush or a compaction holds while it
     /// rewrites the level manifest and syncs it; a write would otherwise
     /// wait for those syncs. Refreshed by `refresh_l0_runs`.
     pub(crate) l0_runs: AtomicUsize,
@@ -876,7 +877,7 @@ impl PartitionHandle {
 
     fn check_write_stall(&self) {
         // (gapless patch) the count kept aside, not the tree's level lock
-        let l0_run_count = self.l0_runs.load(std::sync::atomic::Ordering::Relaxed);
+        let l0_run_count = self.l0_run_count_kept();
 
         if l0_run_count >= 20 {
             let sleep_us = get_write_delay(l0_run_count);
@@ -892,7 +893,7 @@ impl PartitionHandle {
     fn check_write_halt(&self) {
         // (gapless patch) the count kept aside: each notified compaction
         // refreshes it, done or not, so this loop ends once L0 has shrunk
-        while self.l0_runs.load(std::sync::atomic::Ordering::Relaxed) >= 32 {
+        while self.l0_run_count_kept() >= 32 {
             log::info!("Halting writes until L0 is cleared up...");
             self.compaction_manager.notify(self.clone());
             std::thread::sleep(Duration::from_millis(10));
