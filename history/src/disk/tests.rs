@@ -566,3 +566,36 @@ fn a_background_compaction_refreshes_the_l0_run_count_kept() {
     assert_eq!(actual, 1, "the compaction merged L0");
     assert_eq!(partition.l0_run_count_kept(), 1, "the count kept after it");
 }
+
+/// The two partitions that take messages hold more than fjall's default
+/// 16 MiB memtable before they flush (`MESSAGES_MEMTABLE_BYTES`): every
+/// flush of many logs' messages costs a rewrite of the level below it.
+/// Each takes 24 MiB here with neither a sealed memtable nor a table.
+#[tokio::test]
+async fn the_message_partitions_keep_more_than_the_default_memtable() {
+    use fjall::AbstractTree;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let history = open(dir.path(), Fsync::Never);
+    let value = vec![7_u8; 256 << 10];
+    for (name, partition) in [
+        ("events", &history.partitions.events),
+        ("stream_events", &history.partitions.stream_events),
+    ] {
+        for n in 0_u32..96 {
+            partition
+                .insert(n.to_be_bytes(), value.as_slice())
+                .expect("an insert");
+        }
+        let tree = &partition.tree;
+        assert_eq!(
+            (tree.sealed_memtable_count(), tree.segment_count()),
+            (0, 0),
+            "{name}: 24 MiB were flushed"
+        );
+        assert!(
+            tree.active_memtable_size() >= 24 << 20,
+            "{name}: the memtable holds {} bytes",
+            tree.active_memtable_size()
+        );
+    }
+}
