@@ -91,8 +91,8 @@ const STORE_CACHE_BYTES: u64 = 32 << 20;
 /// flushed while many logs append spans the key range of every table
 /// below it, and each flush ends up rewriting that level in a compaction.
 /// Four times fewer flushes take that many fewer rewrites: at 10,000
-/// streams under load, 10% more appends/s and a p99 of about 2 ms instead
-/// of 8–19 ms (ARCHITECTURE, "What it costs"). A partition keeps the size
+/// streams under load, about 10% more appends/s and a p99 of 2–5 ms
+/// instead of 5–20 ms (ARCHITECTURE, "64 MiB memtables for the messages"). A partition keeps the size
 /// it was created with: a directory made with another keeps its own.
 const MESSAGES_MEMTABLE_BYTES: u32 = 64 << 20;
 
