@@ -6,7 +6,8 @@
 //! more, until a restart): the write is refused, nothing acknowledged is
 //! touched, and writes are taken again as soon as space returns. The
 //! reserve is what the store needs besides the writes themselves: flushing
-//! a memtable (64 MiB) and compacting write new tables before old ones go.
+//! its memtables (64 MiB for each message partition) and compacting write
+//! new tables before old ones go.
 
 use crate::HistoryError;
 use std::fs::File;
@@ -32,7 +33,7 @@ impl Default for DiskLimits {
     }
 }
 
-/// The default reserve: twice the store's memtable.
+/// The default reserve: both message partitions' memtables, flushed.
 pub const DEFAULT_RESERVE: u64 = 128 << 20;
 
 pub(crate) struct Room {
