@@ -790,10 +790,16 @@ async fn streams_that_need_more_than_the_memory_budget_refuse_the_start_and_stay
         }
     }
     // 24 MiB retained: a budget that leaves 16 MiB for the rings once the
-    // store's memory (96 MiB) is taken cannot hold them.
-    let (code, stderr) = refused_start(dir.path(), &["--memory-budget", "112MiB"]);
+    // store's memory is taken cannot hold them. The refusal must be the
+    // restore's: a budget below the store's own memory is refused before
+    // any stream is read.
+    let budget = (gapless_history::STORE_MEMORY_BYTES + (16 << 20)).to_string();
+    let (code, stderr) = refused_start(dir.path(), &["--memory-budget", &budget]);
     assert_ne!(code, Some(0), "a server past its memory budget exited 0");
-    assert!(stderr.contains("--memory-budget"), "{stderr}");
+    assert!(
+        stderr.contains("streams need more than --memory-budget"),
+        "{stderr}"
+    );
     // Nothing was dropped: with the budget back, every message is there.
     let server = launch(dir.path()).await;
     for stream in 0..8 {

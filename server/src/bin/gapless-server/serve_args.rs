@@ -44,7 +44,7 @@ pub struct ServeArgs {
     /// What the session rings may reserve together: bytes (8GiB, 512MiB,
     /// 1073741824) or a share of the machine's memory (50%); beyond: 503
     /// memory_budget_exceeded. With --data-dir, the disk store's cache and
-    /// memtables (96 MiB) come out of it first.
+    /// memtables (160 MiB) come out of it first.
     #[arg(long, env = "GAPLESS_MEMORY_BUDGET", default_value = "50%")]
     memory_budget: MemoryBudget,
     /// Return a publish key from POST /session (and PUT /v1/stream/...)
