@@ -92,8 +92,9 @@ const STORE_CACHE_BYTES: u64 = 32 << 20;
 /// below it, and each flush ends up rewriting that level in a compaction.
 /// Four times fewer flushes take that many fewer rewrites: at 10,000
 /// streams under load, about 10% more appends/s and a p99 of 2–5 ms
-/// instead of 5–20 ms (ARCHITECTURE, "64 MiB memtables for the messages"). A partition keeps the size
-/// it was created with: a directory made with another keeps its own.
+/// instead of 5–20 ms (ARCHITECTURE, "64 MiB memtables for the messages").
+/// A partition keeps the size it was created with: a directory made with
+/// another keeps its own.
 const MESSAGES_MEMTABLE_BYTES: u32 = 64 << 20;
 
 /// The store's memtables at most, all partitions together: room for

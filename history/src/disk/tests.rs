@@ -571,8 +571,8 @@ fn a_background_compaction_refreshes_the_l0_run_count_kept() {
 /// 16 MiB memtable before they flush (`MESSAGES_MEMTABLE_BYTES`): every
 /// flush of many logs' messages costs a rewrite of the level below it.
 /// Each takes 24 MiB here with neither a sealed memtable nor a table.
-#[tokio::test]
-async fn the_message_partitions_keep_more_than_the_default_memtable() {
+#[test]
+fn the_message_partitions_keep_more_than_the_default_memtable() {
     use fjall::AbstractTree;
     let dir = tempfile::tempdir().expect("a temporary directory");
     let history = open(dir.path(), Fsync::Never);
