@@ -340,6 +340,23 @@ impl DiskHistory {
         self.commit.store_bytes()
     }
 
+    /// Lets a write awaited on a multi-thread tokio runtime, while no batch
+    /// is being written, be written by its awaiter (inside
+    /// `tokio::task::block_in_place`) instead of the committer thread: an
+    /// uncontended write then costs no hand-off between threads, and the
+    /// runtime goes on on another thread while this one waits on the disk.
+    /// Writes that arrive while a batch is being written still go to the
+    /// committer, in one batch. Off by default.
+    ///
+    /// Turn it on only when every write of this history is awaited on a
+    /// multi-thread runtime's workers (or its `block_on`, or outside any
+    /// runtime): tokio panics at `block_in_place` inside a `LocalSet`,
+    /// and that cannot be told from outside. A current-thread runtime is
+    /// told apart: its writes go to the committer.
+    pub fn write_inline(&self, on: bool) {
+        self.commit.write_inline(on);
+    }
+
     /// The group commit's counters.
     pub fn commit_stats(&self) -> CommitStats {
         self.commit.stats()
@@ -663,7 +680,7 @@ impl History for DiskHistory {
             self.renew(&mut state);
             (pending, epoch, first)
         };
-        match tokio::time::timeout_at(deadline, GroupCommit::durable(pending)).await {
+        match GroupCommit::durable_by(pending, deadline).await {
             Ok(durable) => durable?,
             Err(_) => {
                 return Err(HistoryError::Unavailable(

@@ -333,6 +333,9 @@ pub(crate) struct DiskTotals {
     pub(crate) writes: u64,
     /// Batches written to the journal (a group of writes each).
     pub(crate) batches: u64,
+    /// Of those, the batches the writer that awaited them wrote itself
+    /// (no hand-off to the committer thread).
+    pub(crate) batches_inline: u64,
     /// `fdatasync` calls.
     pub(crate) fsyncs: u64,
     /// Their total duration, in microseconds.
@@ -378,6 +381,11 @@ impl Collector for DiskLog {
                 "gapless_disk_log_batches",
                 "Group commits: batches of writes the disk history wrote to its journal",
                 disk.batches,
+            ),
+            (
+                "gapless_disk_log_batches_inline",
+                "Of those batches, the ones written by the request that awaited them (no batch was being written), not by the committer thread",
+                disk.batches_inline,
             ),
             (
                 "gapless_disk_log_fsyncs",

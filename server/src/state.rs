@@ -615,9 +615,12 @@ impl AppState {
                         "the disk history's open: {join}"
                     )))
                 })?;
-                Some(HistoryTier::Disk(Arc::new(
-                    opened.map_err(StartError::DataDir)?,
-                )))
+                let disk = opened.map_err(StartError::DataDir)?;
+                // Every write is awaited on the server's multi-thread
+                // runtime (no LocalSet): an uncontended append is written
+                // by its request, with no hand-off to the committer.
+                disk.write_inline(true);
+                Some(HistoryTier::Disk(Arc::new(disk)))
             }
             (None, None) => None,
         };
@@ -736,6 +739,7 @@ impl AppState {
                             logs: disk.log_count() as u64,
                             writes: commits.writes,
                             batches: commits.batches,
+                            batches_inline: commits.batches_inline,
                             fsyncs: commits.fsyncs,
                             fsync_micros: commits.fsync_micros,
                         }

@@ -1,14 +1,25 @@
-//! The group commit of the disk history: one committer thread owns the
-//! store's journal. A write (a log's events and record, as [`Op`]s) is
-//! queued under its log's lock, so a log's writes reach the journal in
-//! their order; the committer takes every write queued while it last
-//! worked, writes them as one batch of the store (one `write(2)`), makes
-//! it durable with one `fdatasync` ([`Fsync::Always`]), and answers each.
-//! So one `fdatasync` acknowledges every write that arrived while the last
-//! one ran, as the Redis tier's flusher batches script calls, and no
-//! runtime thread ever waits on the disk: the store's journal lock is held
-//! across its `fdatasync`, and a writer on a runtime thread would stall
-//! the runtime behind it.
+//! The group commit of the disk history. A write (a log's events and
+//! record, as [`Op`]s) is queued under its log's lock, so a log's writes
+//! reach the journal in their order. One batch is written at a time, by
+//! whoever takes the queue: everything queued, in its order, as one batch
+//! of the store (one `write(2)`), made durable with one `fdatasync`
+//! ([`Fsync::Always`]), each write answered. So one `fdatasync`
+//! acknowledges every write that arrived while the last one ran, as the
+//! Redis tier's flusher batches script calls.
+//!
+//! Two take the queue:
+//! - **The writer that awaits its write** ([`GroupCommit::durable`]), when
+//!   it runs on a multi-thread tokio runtime and no batch is being written:
+//!   it writes the queue itself, inside `tokio::task::block_in_place`, so
+//!   the runtime goes on on another thread while this one waits on the
+//!   disk (the store's journal lock is held across its `fdatasync`: a
+//!   runtime thread that waited on it as a plain call would stall the
+//!   runtime behind it). An uncontended write then costs no hand-off
+//!   between threads: no wake of a committer, no wake back.
+//! - **The committer thread**, for everything else: writes queued while a
+//!   batch is being written (the batch's writer tells it when it ends with
+//!   writes left), writes queued outside a multi-thread runtime, and writes
+//!   whose caller stopped waiting ([`Pending`]'s drop tells it).
 //!
 //! A failed batch or `fdatasync` fails the history for good: after one, the
 //! kernel may have dropped the dirty pages it could not write, and a second
@@ -20,9 +31,10 @@
 
 use crate::HistoryError;
 use fjall::{Keyspace, PartitionHandle, PersistMode, Slice};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant as StdInstant};
 use tokio::sync::oneshot;
@@ -123,18 +135,24 @@ pub struct CommitStats {
     pub writes: u64,
     /// Batches written to the journal (one per group).
     pub batches: u64,
+    /// Of those, the batches the writer that awaited them wrote (on a
+    /// multi-thread runtime, with no batch being written); the committer
+    /// thread wrote the others.
+    pub batches_inline: u64,
     /// `fdatasync` calls made.
     pub fsyncs: u64,
     /// Their total duration, in microseconds.
     pub fsync_micros: u64,
 }
 
-/// What runs on the committer thread once a write is durable, before its
-/// caller hears so ([`GroupCommit::submit_then`]): it must neither block
-/// nor panic (a panic is caught and logged, the write still answered).
+/// What runs once a write is durable, before its caller hears so
+/// ([`GroupCommit::submit_then`]), on the thread that wrote the batch
+/// (the committer, or a writer inside `block_in_place`): it must neither
+/// block nor panic (a panic is caught and logged, the write still
+/// answered).
 pub type OnDurable = Box<dyn FnOnce() + Send + 'static>;
 
-/// A write waiting for the committer.
+/// A write waiting to be written.
 struct Queued {
     ops: Vec<Op>,
     /// Run once the write is durable, whether or not its caller still
@@ -148,47 +166,180 @@ struct Queued {
 struct Counters {
     writes: AtomicU64,
     batches: AtomicU64,
+    batches_inline: AtomicU64,
     fsyncs: AtomicU64,
     fsync_micros: AtomicU64,
     /// The store's size on disk: measured every [`MEASURE_EVERY`] by a
-    /// thread of its own ([`measure_store`]), plus what the committer wrote
+    /// thread of its own ([`measure_store`]), plus what the batches wrote
     /// since the measure began (never less than the store holds, as
-    /// deletions free space only once compacted). The committer only adds
-    /// to it, after each batch's sync and before its answers, so a writer
-    /// that has its answer sees its bytes counted; the measuring thread
-    /// only replaces it, in one read-modify-write. Neither a runtime thread
-    /// nor the committer ever measures: the store's measure takes its
-    /// journal lock, held across every `fdatasync`, and each partition's
-    /// level lock, held by a flush or compaction across its manifest's
-    /// syncs (on the committer, once a second, it held a whole group's
-    /// answers behind them).
+    /// deletions free space only once compacted). A batch's writer only
+    /// adds to it, after the batch's sync and before its answers, so a
+    /// writer that has its answer sees its bytes counted; the measuring
+    /// thread only replaces it, in one read-modify-write. No batch's writer
+    /// ever measures: the store's measure takes its journal lock, held
+    /// across every `fdatasync`, and each partition's level lock, held by a
+    /// flush or compaction across its manifest's syncs (on the committer,
+    /// once a second, it held a whole group's answers behind them).
     store_bytes: AtomicU64,
     /// Why the history failed, after a failed batch or `fdatasync`.
     failed: OnceLock<HistoryError>,
 }
 
-/// The queue to the committer thread, and the thread.
+/// The queue, and who may take it.
+#[derive(Default)]
+struct Queue {
+    /// Writes nobody has taken yet, in the order they were queued.
+    waiting: VecDeque<Queued>,
+    /// A batch is being written. Whoever sets it took the front of
+    /// `waiting`; nobody else takes from it until it is cleared, after the
+    /// batch's answers: batches reach the journal one at a time, in the
+    /// order their writes were queued. So while it is clear, a write not
+    /// yet answered is still in `waiting`.
+    writing: bool,
+    /// No write is queued any more; the committer ends once `waiting` is
+    /// empty and no batch is being written.
+    closed: bool,
+}
+
+/// What the committer thread and the writers that write inline share.
+struct Shared {
+    /// Writers awaiting their write on a multi-thread runtime write the
+    /// queue themselves ([`GroupCommit::write_inline`]); off, only the
+    /// committer writes.
+    inline: AtomicBool,
+    queue: Mutex<Queue>,
+    /// Wakes the committer: writes it must take (queued where no writer
+    /// will, left behind a batch, or given up by their caller), or the
+    /// close.
+    work: Condvar,
+    batches: BatchWriter,
+}
+
+impl Shared {
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes the front of the queue as the next batch, if no batch is
+    /// being written and a write waits: the caller must write it
+    /// ([`Self::write`]).
+    fn take(queue: &mut Queue) -> Option<Vec<Queued>> {
+        if queue.writing || queue.waiting.is_empty() {
+            return None;
+        }
+        queue.writing = true;
+        let count = queue.waiting.len().min(GROUP_MAX);
+        Some(queue.waiting.drain(..count).collect())
+    }
+
+    /// Writes a taken batch, answers it, and lets the next batch be taken
+    /// (by the committer, told when writes wait or the queue is closed).
+    fn write(&self, group: Vec<Queued>) {
+        self.batches.write(group);
+        let mut queue = self.queue();
+        queue.writing = false;
+        if !queue.waiting.is_empty() || queue.closed {
+            self.work.notify_one();
+        }
+    }
+
+    /// The committer thread: writes what it is told of until closed.
+    fn run_committer(&self) {
+        loop {
+            let group = {
+                let mut queue = self.queue();
+                loop {
+                    if let Some(group) = Self::take(&mut queue) {
+                        break group;
+                    }
+                    if queue.closed && queue.waiting.is_empty() && !queue.writing {
+                        return;
+                    }
+                    queue = self
+                        .work
+                        .wait(queue)
+                        .unwrap_or_else(PoisonError::into_inner);
+                }
+            };
+            self.write(group);
+        }
+    }
+
+    /// For a writer about to await its write: writes the queue itself if
+    /// it may ([`on_multi_thread_runtime`], no batch being written, its
+    /// write still queued), else tells the committer if the write waits
+    /// for nobody. Either way its answer then comes.
+    fn write_inline_or_tell(&self, answer: &oneshot::Receiver<Result<(), HistoryError>>) {
+        if !answer.is_empty() {
+            return;
+        }
+        if !on_multi_thread_runtime() {
+            // No writer may wait on this thread: the committer.
+            self.tell();
+            return;
+        }
+        // `None`: a batch is being written, whose writer answers this
+        // write or tells the committer of it when it ends.
+        let Some(group) = Self::take(&mut self.queue()) else {
+            return;
+        };
+        self.batches
+            .counters
+            .batches_inline
+            .fetch_add(1, Ordering::Relaxed);
+        tokio::task::block_in_place(|| self.write(group));
+    }
+
+    /// Tells the committer to take the queue, unless a batch is being
+    /// written (whose writer tells it when it ends).
+    fn tell(&self) {
+        if !self.queue().writing {
+            self.work.notify_one();
+        }
+    }
+}
+
+/// True on a worker of a multi-thread tokio runtime, where
+/// `block_in_place` hands the worker's tasks to another thread.
+fn on_multi_thread_runtime() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|runtime| runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+}
+
+/// The group commit: the queue, the committer thread, and the thread that
+/// measures the store.
 pub(crate) struct GroupCommit {
-    /// `None` once closed (the committer then ends).
-    queue: Mutex<Option<mpsc::Sender<Queued>>>,
+    shared: Arc<Shared>,
+    /// The committer thread: `None` once closed.
     thread: Mutex<Option<JoinHandle<()>>>,
     /// The thread that measures the store's size, and what stops it (its
     /// end dropped): `None` once closed.
     measurer: Mutex<Option<(mpsc::Sender<()>, JoinHandle<()>)>>,
-    counters: Arc<Counters>,
-    /// Held by a test: the committer writes nothing meanwhile
-    /// ([`Self::hold`]).
-    #[cfg(any(test, feature = "test-support"))]
-    hold: Arc<Mutex<()>>,
 }
 
-/// While alive, the committer writes nothing: what is queued stays
-/// queued, unanswered (tests of what is shown before a write is durable).
+/// While alive, no batch is written: what is queued stays queued,
+/// unanswered (tests of what is shown before a write is durable).
 #[cfg(any(test, feature = "test-support"))]
 pub struct CommitsHeld<'a>(#[allow(dead_code)] std::sync::MutexGuard<'a, ()>);
 
-/// What a queued write's caller awaits.
-pub(crate) type Pending = oneshot::Receiver<Result<(), HistoryError>>;
+/// What a queued write's caller awaits ([`GroupCommit::durable`]).
+pub(crate) struct Pending {
+    answer: oneshot::Receiver<Result<(), HistoryError>>,
+    /// Set while the write may be waiting for its awaiter to write it
+    /// (queued on a multi-thread runtime, the committer not told): taken
+    /// when awaited; dropped unawaited, it tells the committer.
+    inline: Option<Arc<Shared>>,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(shared) = self.inline.take() {
+            if self.answer.is_empty() {
+                shared.tell();
+            }
+        }
+    }
+}
 
 impl GroupCommit {
     /// Starts the committer thread over the store's partitions.
@@ -207,13 +358,10 @@ impl GroupCommit {
         fsync: Fsync,
         measure_every: Duration,
     ) -> std::io::Result<Self> {
-        let (queue, received) = mpsc::channel();
         let counters = Arc::new(Counters::default());
         counters
             .store_bytes
             .store(keyspace.disk_space(), Ordering::Relaxed);
-        #[cfg(any(test, feature = "test-support"))]
-        let hold = Arc::new(Mutex::new(()));
         let (stop_measuring, measuring) = mpsc::channel();
         let measurer = {
             let keyspace = keyspace.clone();
@@ -228,30 +376,39 @@ impl GroupCommit {
                     }
                 })?
         };
-        let committer = Committer {
-            keyspace,
-            partitions,
-            fsync,
-            counters: Arc::clone(&counters),
-            #[cfg(any(test, feature = "test-support"))]
-            hold: Arc::clone(&hold),
+        let shared = Arc::new(Shared {
+            inline: AtomicBool::new(false),
+            queue: Mutex::new(Queue::default()),
+            work: Condvar::new(),
+            batches: BatchWriter {
+                keyspace,
+                partitions,
+                fsync,
+                counters,
+                #[cfg(any(test, feature = "test-support"))]
+                hold: Mutex::new(()),
+            },
+        });
+        let thread = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("gapless-disk-commit".into())
+                .spawn(move || shared.run_committer())?
         };
-        let thread = std::thread::Builder::new()
-            .name("gapless-disk-commit".into())
-            .spawn(move || committer.run(&received))?;
         Ok(Self {
-            queue: Mutex::new(Some(queue)),
+            shared,
             thread: Mutex::new(Some(thread)),
             measurer: Mutex::new(Some((stop_measuring, measurer))),
-            counters,
-            #[cfg(any(test, feature = "test-support"))]
-            hold,
         })
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.shared.batches.counters
     }
 
     /// `Err` once the history failed: no write is queued after it.
     pub(crate) fn check(&self) -> Result<(), HistoryError> {
-        match self.counters.failed.get() {
+        match self.counters().failed.get() {
             Some(error) => Err(error.clone()),
             None => Ok(()),
         }
@@ -259,66 +416,117 @@ impl GroupCommit {
 
     /// Queues `ops` as one write, after every write queued before; the
     /// answer comes once it is durable as [`Fsync`] says. Never blocks:
-    /// call it under the lock that orders the log's writes.
+    /// call it under the lock that orders the log's writes (and await the
+    /// answer after releasing it: its awaiter may write the batch).
     pub(crate) fn submit(&self, ops: Vec<Op>) -> Result<Pending, HistoryError> {
         self.submit_then(ops, None)
     }
 
-    /// [`Self::submit`], and `then` runs on the committer thread once the
-    /// write is durable (not if it fails), before the answer is sent: what
-    /// must follow a durable write happens even when nobody awaits the
-    /// answer any more (a client that went away).
+    /// [`Self::submit`], and `then` runs on the thread that writes the
+    /// batch once the write is durable (not if it fails), before the answer
+    /// is sent: what must follow a durable write happens even when nobody
+    /// awaits the answer any more (a client that went away).
     pub(crate) fn submit_then(
         &self,
         ops: Vec<Op>,
         then: Option<OnDurable>,
     ) -> Result<Pending, HistoryError> {
         self.check()?;
-        let (done, pending) = oneshot::channel();
-        let queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
-        match queue
-            .as_ref()
-            .map(|queue| queue.send(Queued { ops, then, done }))
-        {
-            Some(Ok(())) => Ok(pending),
-            _ => Err(stopped()),
+        let (done, answer) = oneshot::channel();
+        let mut queue = self.shared.queue();
+        if queue.closed {
+            return Err(stopped());
         }
+        queue.waiting.push_back(Queued { ops, then, done });
+        // On a multi-thread runtime its awaiter writes it (or tells the
+        // committer); elsewhere nobody would.
+        let inline = self.shared.inline.load(Ordering::Relaxed) && on_multi_thread_runtime();
+        if !inline && !queue.writing {
+            self.shared.work.notify_one();
+        }
+        Ok(Pending {
+            answer,
+            inline: inline.then(|| Arc::clone(&self.shared)),
+        })
     }
 
-    /// Holds the committer until the guard is dropped.
+    /// Lets a writer that awaits its write on a multi-thread runtime, with
+    /// no batch being written, write the queue itself
+    /// ([`Shared::write_inline_or_tell`]): an uncontended write then
+    /// takes no hand-off to the committer thread and back. Only for a
+    /// caller whose writes are all awaited on a multi-thread runtime's
+    /// workers, its `block_on`, or outside any runtime: tokio refuses
+    /// `block_in_place` (it panics) in a `LocalSet`, which cannot be told
+    /// from outside. Off by default.
+    pub(crate) fn write_inline(&self, on: bool) {
+        self.shared.inline.store(on, Ordering::Relaxed);
+    }
+
+    /// Holds every batch's writer until the guard is dropped.
     #[cfg(any(test, feature = "test-support"))]
     pub(crate) fn hold(&self) -> CommitsHeld<'_> {
-        CommitsHeld(self.hold.lock().unwrap_or_else(PoisonError::into_inner))
+        CommitsHeld(
+            self.shared
+                .batches
+                .hold
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
     }
 
-    /// Waits for a queued write's answer.
-    pub(crate) async fn durable(pending: Pending) -> Result<(), HistoryError> {
-        pending.await.unwrap_or_else(|_| Err(stopped()))
+    /// Waits for a queued write's answer, writing the queue on this thread
+    /// when it may ([`Shared::write_inline_or_tell`]).
+    pub(crate) async fn durable(mut pending: Pending) -> Result<(), HistoryError> {
+        if let Some(shared) = pending.inline.take() {
+            shared.write_inline_or_tell(&pending.answer);
+        }
+        (&mut pending.answer)
+            .await
+            .unwrap_or_else(|_| Err(stopped()))
+    }
+
+    /// Waits for a queued write's answer until `deadline`, never writing
+    /// on this thread (a write inline could not be given up at the
+    /// deadline): the committer writes it.
+    ///
+    /// # Errors
+    /// As the write's answer; `Err(Elapsed)` at the deadline.
+    pub(crate) async fn durable_by(
+        mut pending: Pending,
+        deadline: tokio::time::Instant,
+    ) -> Result<Result<(), HistoryError>, tokio::time::error::Elapsed> {
+        if let Some(shared) = pending.inline.take() {
+            shared.tell();
+        }
+        tokio::time::timeout_at(deadline, &mut pending.answer)
+            .await
+            .map(|answer| answer.unwrap_or_else(|_| Err(stopped())))
     }
 
     /// The store's size on disk (as [`Counters::store_bytes`] keeps it).
     pub(crate) fn store_bytes(&self) -> u64 {
-        self.counters.store_bytes.load(Ordering::Relaxed)
+        self.counters().store_bytes.load(Ordering::Relaxed)
     }
 
     pub(crate) fn stats(&self) -> CommitStats {
+        let counters = self.counters();
         let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         CommitStats {
-            writes: get(&self.counters.writes),
-            batches: get(&self.counters.batches),
-            fsyncs: get(&self.counters.fsyncs),
-            fsync_micros: get(&self.counters.fsync_micros),
+            writes: get(&counters.writes),
+            batches: get(&counters.batches),
+            batches_inline: get(&counters.batches_inline),
+            fsyncs: get(&counters.fsyncs),
+            fsync_micros: get(&counters.fsync_micros),
         }
     }
 
-    /// Ends the committer after it answered every queued write.
+    /// Ends the committer after every queued write was answered.
     pub(crate) fn close(&self) {
-        drop(
-            self.queue
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take(),
-        );
+        {
+            let mut queue = self.shared.queue();
+            queue.closed = true;
+            self.shared.work.notify_one();
+        }
         let thread = self
             .thread
             .lock()
@@ -344,8 +552,8 @@ impl GroupCommit {
 }
 
 /// Measures the store's size into `store_bytes`, keeping what the
-/// committer added while it measured (which the measure may or may not
-/// hold: counted twice at worst, never missed). The committer only adds and
+/// batches added while it measured (which the measure may or may not
+/// hold: counted twice at worst, never missed). Batches only add and
 /// this is the only thread that replaces, so `now - before` is what was
 /// added since `before` was read.
 fn measure_store(keyspace: &Keyspace, store_bytes: &AtomicU64) {
@@ -360,60 +568,52 @@ fn stopped() -> HistoryError {
     HistoryError::Unavailable("the disk log's committer has stopped".into())
 }
 
-/// The committer thread's side.
-struct Committer {
+/// Writes batches into the store (one at a time: [`Queue::writing`]).
+struct BatchWriter {
     keyspace: Keyspace,
     partitions: Partitions,
     fsync: Fsync,
     counters: Arc<Counters>,
     /// Taken around each batch ([`GroupCommit::hold`]).
     #[cfg(any(test, feature = "test-support"))]
-    hold: Arc<Mutex<()>>,
+    hold: Mutex<()>,
 }
 
-impl Committer {
-    fn run(self, received: &mpsc::Receiver<Queued>) {
-        while let Ok(first) = received.recv() {
-            let mut group = vec![first];
-            while group.len() < GROUP_MAX {
-                match received.try_recv() {
-                    Ok(next) => group.push(next),
-                    Err(_) => break,
+impl BatchWriter {
+    /// Writes a batch, makes it durable, and answers each write.
+    fn write(&self, mut group: Vec<Queued>) {
+        let written = group
+            .iter()
+            .flat_map(|queued| &queued.ops)
+            .map(Op::journal_bytes)
+            .sum();
+        #[cfg(any(test, feature = "test-support"))]
+        let held = self.hold.lock().unwrap_or_else(PoisonError::into_inner);
+        let result = match self.counters.failed.get() {
+            Some(error) => Err(error.clone()),
+            None => self.commit(&mut group),
+        };
+        #[cfg(any(test, feature = "test-support"))]
+        drop(held);
+        if let Err(error) = &result {
+            if self.counters.failed.set(error.clone()).is_ok() {
+                tracing::error!(%error, "disk history: a write failed; no write is acknowledged until a restart");
+            }
+        }
+        self.counters
+            .writes
+            .fetch_add(group.len() as u64, Ordering::Relaxed);
+        // Counted before the answers, after the sync (a measure between
+        // the write and its sync costs the sync a second block): a
+        // writer that has its answer sees its bytes in the size.
+        self.count_store_bytes(written);
+        for queued in group {
+            if let (Ok(()), Some(then)) = (&result, queued.then) {
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(then)).is_err() {
+                    tracing::error!("disk history: what follows a durable write panicked");
                 }
             }
-            let written = group
-                .iter()
-                .flat_map(|queued| &queued.ops)
-                .map(Op::journal_bytes)
-                .sum();
-            #[cfg(any(test, feature = "test-support"))]
-            let held = self.hold.lock().unwrap_or_else(PoisonError::into_inner);
-            let result = match self.counters.failed.get() {
-                Some(error) => Err(error.clone()),
-                None => self.commit(&mut group),
-            };
-            #[cfg(any(test, feature = "test-support"))]
-            drop(held);
-            if let Err(error) = &result {
-                if self.counters.failed.set(error.clone()).is_ok() {
-                    tracing::error!(%error, "disk history: a write failed; no write is acknowledged until a restart");
-                }
-            }
-            self.counters
-                .writes
-                .fetch_add(group.len() as u64, Ordering::Relaxed);
-            // Counted before the answers, after the sync (a measure between
-            // the write and its sync costs the sync a second block): a
-            // writer that has its answer sees its bytes in the size.
-            self.count_store_bytes(written);
-            for queued in group {
-                if let (Ok(()), Some(then)) = (&result, queued.then) {
-                    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(then)).is_err() {
-                        tracing::error!("disk history: what follows a durable write panicked");
-                    }
-                }
-                let _ = queued.done.send(result.clone());
-            }
+            let _ = queued.done.send(result.clone());
         }
     }
 
@@ -499,6 +699,14 @@ mod tests {
         (keyspace, commit)
     }
 
+    /// A write's answer, awaited off any runtime (the committer writes it).
+    fn answer(pending: Pending) -> Result<(), HistoryError> {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime")
+            .block_on(GroupCommit::durable(pending))
+    }
+
     fn write(commit: &GroupCommit, seq: u8, bytes: usize) {
         let op = Op::Insert(
             Part::StreamEvents,
@@ -506,7 +714,7 @@ mod tests {
             Slice::from(vec![seq; bytes]),
         );
         let pending = commit.submit(vec![op]).expect("queued");
-        pending.blocking_recv().expect("answered").expect("written");
+        answer(pending).expect("written");
     }
 
     #[test]
@@ -564,14 +772,11 @@ mod tests {
         let pending = commit.submit_then(vec![op], Some(then)).expect("queued");
         // The history fails before the committer writes it.
         let _ = commit
-            .counters
+            .counters()
             .failed
             .set(HistoryError::Unavailable("a failed fdatasync".into()));
         drop(held);
-        assert!(
-            pending.blocking_recv().expect("answered").is_err(),
-            "the write was not refused"
-        );
+        assert!(answer(pending).is_err(), "the write was not refused");
         assert!(runs.try_recv().is_err(), "it ran for a write that failed");
         commit.close();
     }
@@ -623,6 +828,166 @@ mod tests {
             drop(levels);
             assert_eq!(answer, Ok(()), "a commit waited for the store's measure");
         });
+        commit.close();
+    }
+
+    /// A multi-thread runtime of two workers, as the server runs.
+    fn multi_thread() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_time()
+            .build()
+            .expect("a runtime")
+    }
+
+    fn insert(key: &[u8], value: &[u8]) -> Op {
+        Op::Insert(Part::StreamEvents, Slice::from(key), Slice::from(value))
+    }
+
+    fn stored(keyspace: &Keyspace, key: &[u8]) -> Option<Slice> {
+        keyspace
+            .open_partition("stream_events", PartitionCreateOptions::default())
+            .expect("the partition")
+            .get(key)
+            .expect("a read")
+    }
+
+    #[test]
+    fn a_write_awaited_on_a_multi_thread_runtime_is_written_by_its_awaiter() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (keyspace, commit) = committer(dir.path(), Duration::from_secs(3600));
+        commit.write_inline(true);
+        multi_thread().block_on(async {
+            let pending = commit.submit(vec![insert(b"k", b"v")]).expect("queued");
+            GroupCommit::durable(pending).await.expect("written");
+        });
+        let stats = commit.stats();
+        assert_eq!((stats.batches, stats.batches_inline), (1, 1), "{stats:?}");
+        assert_eq!(stored(&keyspace, b"k").as_deref(), Some(&b"v"[..]));
+        commit.close();
+    }
+
+    #[test]
+    fn a_write_awaited_on_a_current_thread_runtime_goes_to_the_committer() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (_keyspace, commit) = committer(dir.path(), Duration::from_secs(3600));
+        commit.write_inline(true);
+        write(&commit, 0, 1);
+        let stats = commit.stats();
+        assert_eq!((stats.batches, stats.batches_inline), (1, 0), "{stats:?}");
+        commit.close();
+    }
+
+    #[test]
+    fn a_write_awaited_with_a_deadline_goes_to_the_committer() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (_keyspace, commit) = committer(dir.path(), Duration::from_secs(3600));
+        commit.write_inline(true);
+        multi_thread().block_on(async {
+            let pending = commit.submit(vec![insert(b"k", b"v")]).expect("queued");
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            GroupCommit::durable_by(pending, deadline)
+                .await
+                .expect("answered by the deadline")
+                .expect("written");
+        });
+        let stats = commit.stats();
+        assert_eq!((stats.batches, stats.batches_inline), (1, 0), "{stats:?}");
+        commit.close();
+    }
+
+    /// The later write is awaited first: its awaiter writes both, in the
+    /// order they were queued, and the earlier's answer is ready.
+    #[test]
+    fn an_awaiter_writes_the_writes_queued_before_its_own_in_their_order() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (keyspace, commit) = committer(dir.path(), Duration::from_secs(3600));
+        commit.write_inline(true);
+        multi_thread().block_on(async {
+            let first = commit.submit(vec![insert(b"k", b"1")]).expect("queued");
+            let second = commit.submit(vec![insert(b"k", b"2")]).expect("queued");
+            GroupCommit::durable(second).await.expect("written");
+            assert!(
+                !first.answer.is_empty(),
+                "the earlier write is not answered"
+            );
+            GroupCommit::durable(first).await.expect("written");
+        });
+        assert_eq!(stored(&keyspace, b"k").as_deref(), Some(&b"2"[..]));
+        let stats = commit.stats();
+        assert_eq!((stats.batches, stats.batches_inline), (1, 1), "{stats:?}");
+        commit.close();
+    }
+
+    /// The loop waits for the condition under test; the deadline only
+    /// turns a write nobody takes into a failure.
+    #[test]
+    fn a_write_given_up_unawaited_is_written_by_the_committer() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (keyspace, commit) = committer(dir.path(), Duration::from_secs(3600));
+        commit.write_inline(true);
+        multi_thread().block_on(async {
+            drop(commit.submit(vec![insert(b"k", b"v")]).expect("queued"));
+        });
+        let deadline = StdInstant::now() + Duration::from_secs(30);
+        while commit.stats().writes == 0 && StdInstant::now() < deadline {
+            std::thread::yield_now();
+        }
+        assert_eq!(stored(&keyspace, b"k").as_deref(), Some(&b"v"[..]));
+        assert_eq!(commit.stats().batches_inline, 0);
+        commit.close();
+    }
+
+    /// A writer writes its batch inline and is held there; a second write
+    /// queued meanwhile waits for it, then the committer writes it. The
+    /// loops wait for the conditions under test; the deadlines only turn a
+    /// write nobody takes into a failure.
+    #[test]
+    fn a_write_queued_behind_a_batch_written_inline_goes_to_the_committer() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (keyspace, commit) = committer(dir.path(), Duration::from_secs(3600));
+        commit.write_inline(true);
+        let commit = Arc::new(commit);
+        let runtime = multi_thread();
+        let held = commit.hold();
+        let first = {
+            let commit = Arc::clone(&commit);
+            runtime.spawn(async move {
+                let pending = commit.submit(vec![insert(b"a", b"1")]).expect("queued");
+                GroupCommit::durable(pending).await
+            })
+        };
+        let deadline = StdInstant::now() + Duration::from_secs(30);
+        while !commit.shared.queue().writing && StdInstant::now() < deadline {
+            std::thread::yield_now();
+        }
+        assert!(
+            commit.shared.queue().writing,
+            "the first write was not taken"
+        );
+        let second = {
+            let commit = Arc::clone(&commit);
+            runtime.spawn(async move {
+                let pending = commit.submit(vec![insert(b"b", b"2")]).expect("queued");
+                GroupCommit::durable(pending).await
+            })
+        };
+        while commit.shared.queue().waiting.is_empty() && StdInstant::now() < deadline {
+            std::thread::yield_now();
+        }
+        drop(held);
+        runtime.block_on(async {
+            for (name, task) in [("first", first), ("second", second)] {
+                tokio::time::timeout(Duration::from_secs(30), task)
+                    .await
+                    .unwrap_or_else(|_| panic!("the {name} write was never answered"))
+                    .expect("the task")
+                    .expect("written");
+            }
+        });
+        let stats = commit.stats();
+        assert_eq!((stats.batches, stats.batches_inline), (2, 1), "{stats:?}");
+        assert_eq!(stored(&keyspace, b"b").as_deref(), Some(&b"2"[..]));
         commit.close();
     }
 }
