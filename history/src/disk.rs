@@ -341,12 +341,13 @@ impl DiskHistory {
     }
 
     /// Lets a write awaited on a multi-thread tokio runtime, while no batch
-    /// is being written, be written by its awaiter (inside
-    /// `tokio::task::block_in_place`) instead of the committer thread: an
-    /// uncontended write then costs no hand-off between threads, and the
-    /// runtime goes on on another thread while this one waits on the disk.
-    /// Writes that arrive while a batch is being written still go to the
-    /// committer, in one batch. Off by default.
+    /// is being written and the last batch held one write, be written by
+    /// its awaiter (inside `tokio::task::block_in_place`) instead of the
+    /// committer thread: an uncontended write then costs no hand-off
+    /// between threads, and the runtime goes on on another thread while
+    /// this one waits on the disk. Writes that arrive while a batch is
+    /// being written, and every write after a batch of several, go to the
+    /// committer. Off by default.
     ///
     /// Turn it on only when every write of this history is awaited on a
     /// multi-thread runtime's workers (or its `block_on`, or outside any

@@ -9,8 +9,9 @@
 //!
 //! Two take the queue:
 //! - **The writer that awaits its write** ([`GroupCommit::durable`]), when
-//!   it runs on a multi-thread tokio runtime and no batch is being written:
-//!   it writes the queue itself, inside `tokio::task::block_in_place`, so
+//!   it runs on a multi-thread tokio runtime, no batch is being written and
+//!   the last batch held one write (the load is light): it writes the queue
+//!   itself, inside `tokio::task::block_in_place`, so
 //!   the runtime goes on on another thread while this one waits on the
 //!   disk (the store's journal lock is held across its `fdatasync`: a
 //!   runtime thread that waited on it as a plain call would stall the
@@ -18,8 +19,12 @@
 //!   between threads: no wake of a committer, no wake back.
 //! - **The committer thread**, for everything else: writes queued while a
 //!   batch is being written (the batch's writer tells it when it ends with
-//!   writes left), writes queued outside a multi-thread runtime, and writes
-//!   whose caller stopped waiting ([`Pending`]'s drop tells it).
+//!   writes left), every write after a batch of several (writes arrive
+//!   while batches are written: the committer goes from one batch to the
+//!   next with no hand-off, where each writer's `block_in_place` would
+//!   hand its runtime worker to another thread) until a batch of one says
+//!   the load ebbed, writes queued outside a multi-thread runtime, and
+//!   writes whose caller stopped waiting ([`Pending`]'s drop tells it).
 //!
 //! A failed batch or `fdatasync` fails the history for good: after one, the
 //! kernel may have dropped the dirty pages it could not write, and a second
@@ -199,6 +204,10 @@ struct Queue {
     /// No write is queued any more; the committer ends once `waiting` is
     /// empty and no batch is being written.
     closed: bool,
+    /// Writes the last batch took (0 before the first): more than one
+    /// means writes arrive while batches are written, and the committer
+    /// takes them ([`Shared::write_inline_or_tell`]).
+    last_batch: usize,
 }
 
 /// What the committer thread and the writers that write inline share.
@@ -229,6 +238,7 @@ impl Shared {
         }
         queue.writing = true;
         let count = queue.waiting.len().min(GROUP_MAX);
+        queue.last_batch = count;
         Some(queue.waiting.drain(..count).collect())
     }
 
@@ -266,9 +276,10 @@ impl Shared {
     }
 
     /// For a writer about to await its write: writes the queue itself if
-    /// it may ([`on_multi_thread_runtime`], no batch being written, its
-    /// write still queued), else tells the committer if the write waits
-    /// for nobody. Either way its answer then comes.
+    /// it may ([`on_multi_thread_runtime`], no batch being written, the
+    /// last batch of one write, its write still queued), else tells the
+    /// committer if the write waits for nobody. Either way its answer then
+    /// comes.
     fn write_inline_or_tell(&self, answer: &oneshot::Receiver<Result<(), HistoryError>>) {
         if !answer.is_empty() {
             return;
@@ -278,10 +289,25 @@ impl Shared {
             self.tell();
             return;
         }
-        // `None`: a batch is being written, whose writer answers this
-        // write or tells the committer of it when it ends.
-        let Some(group) = Self::take(&mut self.queue()) else {
-            return;
+        let group = {
+            let mut queue = self.queue();
+            if queue.last_batch > 1 {
+                // Writes arrive while batches are written: the committer
+                // takes them, as it goes on from one batch to the next
+                // with no hand-off of the thread (a writer's
+                // `block_in_place` hands its runtime worker to another
+                // thread), until a batch of one write says the load ebbed.
+                if !queue.writing {
+                    self.work.notify_one();
+                }
+                return;
+            }
+            // `None`: a batch is being written, whose writer answers this
+            // write or tells the committer of it when it ends.
+            let Some(group) = Self::take(&mut queue) else {
+                return;
+            };
+            group
         };
         self.batches
             .counters
@@ -988,6 +1014,42 @@ mod tests {
         let stats = commit.stats();
         assert_eq!((stats.batches, stats.batches_inline), (2, 1), "{stats:?}");
         assert_eq!(stored(&keyspace, b"b").as_deref(), Some(&b"2"[..]));
+        commit.close();
+    }
+
+    /// A batch of two says writes arrive while batches are written: the
+    /// next write goes to the committer; a batch of one says the load
+    /// ebbed, and the write after it is written by its awaiter again.
+    #[test]
+    fn after_a_batch_of_several_writes_the_committer_takes_the_next() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (_keyspace, commit) = committer(dir.path(), Duration::from_secs(3600));
+        commit.write_inline(true);
+        let inline_after = |ops: Vec<Vec<Op>>| {
+            multi_thread().block_on(async {
+                let pending: Vec<Pending> = ops
+                    .into_iter()
+                    .map(|ops| commit.submit(ops).expect("queued"))
+                    .collect();
+                for pending in pending {
+                    GroupCommit::durable(pending).await.expect("written");
+                }
+            });
+            commit.stats().batches_inline
+        };
+        let two = vec![vec![insert(b"a", b"1")], vec![insert(b"b", b"2")]];
+        assert_eq!(inline_after(two), 1, "the first batch, of two writes");
+        assert_eq!(
+            inline_after(vec![vec![insert(b"c", b"3")]]),
+            1,
+            "a write after a batch of two was written inline"
+        );
+        assert_eq!(
+            inline_after(vec![vec![insert(b"d", b"4")]]),
+            2,
+            "a write after a batch of one went to the committer"
+        );
+        assert_eq!(commit.stats().batches, 3);
         commit.close();
     }
 }
