@@ -39,7 +39,8 @@ pub(super) fn put_record(ops: &mut Vec<Op>, id: &LogId, record: &LogRecord) {
 
 /// A log's last durable seq, and the epoch it counts in: readers see
 /// events up to it. Behind a lock of its own, never held across I/O (the
-/// log's is, around the store's reads): the committer thread moves it.
+/// log's is, around the store's reads): the thread that writes the
+/// batch (the committer, or a request inline) moves it.
 #[derive(Debug)]
 pub(super) struct Visible {
     epoch: u64,
@@ -94,7 +95,8 @@ impl LogState {
     /// under `epoch` with nothing of it visible yet. [`Visible`]'s lock is
     /// held throughout: a durable answer of the old epoch cannot land
     /// between the renumbering and its undo if `submit` fails, and this
-    /// append's own answer (on the committer thread) waits for it.
+    /// append's own answer (on the thread that writes the batch) waits
+    /// for it.
     pub(super) fn queue_append<T>(
         &self,
         followed: &Arc<Announcer>,
@@ -132,7 +134,7 @@ impl LogState {
 
     /// What the committer runs once an append of this log (`id`) up to
     /// `last` under `epoch` is durable: readers see it, its followers are
-    /// told. Run by the committer, not by the appender (who may have gone
+    /// told. Run by the batch's writer, not by the appender (who may have gone
     /// away, or passed its deadline), so a durable event never waits for
     /// the next append; it takes only [`Visible`]'s lock.
     fn show_when_durable(

@@ -224,8 +224,9 @@ impl DiskHistory {
     /// [`Self::journal_streams`], and `then` runs once the changes are
     /// durable (not if they fail), before the answer is sent, whether or
     /// not anyone still awaits it: what shows a durable change to readers
-    /// then never depends on its writer staying. It runs on the committer
-    /// thread: it must be short, and neither block nor panic.
+    /// then never depends on its writer staying. It runs on the thread
+    /// that writes the batch (the committer thread, or a request writing
+    /// it inline): it must be short, and neither block nor panic.
     ///
     /// # Errors
     /// As [`Self::journal_streams`] (`then` is dropped, not run).

@@ -83,8 +83,9 @@ impl Journal {
             .map_err(|error| refusal(&error))
     }
 
-    /// [`Self::submit`], and `then` runs on the committer thread once the
-    /// changes are durable, before anyone awaiting them hears so (see
+    /// [`Self::submit`], and `then` runs on the thread that writes the
+    /// batch (the committer, or a request inline) once the changes are
+    /// durable, before anyone awaiting them hears so (see
     /// [`DiskHistory::journal_streams_then`]): short, never blocking.
     ///
     /// # Errors

@@ -5,8 +5,9 @@
 //! (`--data-dir`) a reader is shown a stream's messages, its creation and
 //! its close only once they are durable: a power cut can take back nothing
 //! a reader was told. The marks move when the journal's committer finds a
-//! change durable ([`Shown::on_durable`], run by the committer thread
-//! before the change's writer is answered), so they never depend on the
+//! change durable ([`Shown::on_durable`], run by the thread that wrote
+//! the batch, the committer or a request inline, before the change's
+//! writer is answered), so they never depend on the
 //! writer still waiting: a client that went away mid-append leaves its
 //! message shown all the same, and readers woken.
 

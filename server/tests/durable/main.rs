@@ -350,6 +350,16 @@ async fn metrics_show_the_disk_logs_size_writes_and_fsyncs() {
     // The create and ten appends, each acknowledged after an fdatasync.
     assert!(grew("gapless_disk_log_writes_total") >= 11.0, "{after}");
     assert!(grew("gapless_disk_log_batches_total") >= 1.0, "{after}");
+    // One client, one request at a time: the server lets a request write
+    // its own batch when no other is being written.
+    assert!(
+        grew("gapless_disk_log_batches_inline_total") >= 1.0,
+        "{after}"
+    );
+    assert!(
+        grew("gapless_disk_log_batches_inline_total") <= grew("gapless_disk_log_batches_total"),
+        "{after}"
+    );
     assert!(grew("gapless_disk_log_fsyncs_total") >= 1.0, "{after}");
     assert!(
         grew("gapless_disk_log_fsync_seconds_total") > 0.0,
