@@ -204,6 +204,11 @@ struct Queue {
     /// No write is queued any more; the committer ends once `waiting` is
     /// empty and no batch is being written.
     closed: bool,
+    /// The committer was told to take the queue ([`Shared::call_committer`]).
+    /// It takes nothing it was not told of (not at its start, not on a
+    /// spurious wake): a write queued for its awaiter stays for it. Cleared
+    /// when the committer takes a batch, or finds nothing left to take.
+    told: bool,
     /// Writes the last batch took (0 before the first): more than one
     /// means writes arrive while batches are written, and the committer
     /// takes them ([`Shared::write_inline_or_tell`]).
@@ -248,7 +253,18 @@ impl Shared {
         self.batches.write(group);
         let mut queue = self.queue();
         queue.writing = false;
-        if !queue.waiting.is_empty() || queue.closed {
+        if !queue.waiting.is_empty() {
+            self.call_committer(&mut queue);
+        } else if queue.closed {
+            self.work.notify_one();
+        }
+    }
+
+    /// Tells the committer to take the queue: woken now, unless a batch is
+    /// being written (whose writer wakes it when it ends).
+    fn call_committer(&self, queue: &mut Queue) {
+        queue.told = true;
+        if !queue.writing {
             self.work.notify_one();
         }
     }
@@ -259,8 +275,14 @@ impl Shared {
             let group = {
                 let mut queue = self.queue();
                 loop {
-                    if let Some(group) = Self::take(&mut queue) {
-                        break group;
+                    if queue.told {
+                        if let Some(group) = Self::take(&mut queue) {
+                            queue.told = false;
+                            break group;
+                        }
+                        if queue.waiting.is_empty() {
+                            queue.told = false;
+                        }
                     }
                     if queue.closed && queue.waiting.is_empty() && !queue.writing {
                         return;
@@ -297,9 +319,7 @@ impl Shared {
                 // with no hand-off of the thread (a writer's
                 // `block_in_place` hands its runtime worker to another
                 // thread), until a batch of one write says the load ebbed.
-                if !queue.writing {
-                    self.work.notify_one();
-                }
+                self.call_committer(&mut queue);
                 return;
             }
             // `None`: a batch is being written, whose writer answers this
@@ -316,12 +336,10 @@ impl Shared {
         tokio::task::block_in_place(|| self.write(group));
     }
 
-    /// Tells the committer to take the queue, unless a batch is being
-    /// written (whose writer tells it when it ends).
+    /// [`Self::call_committer`], for a writer that will not write the
+    /// queue itself.
     fn tell(&self) {
-        if !self.queue().writing {
-            self.work.notify_one();
-        }
+        self.call_committer(&mut self.queue());
     }
 }
 
@@ -467,8 +485,8 @@ impl GroupCommit {
         // On a multi-thread runtime its awaiter writes it (or tells the
         // committer); elsewhere nobody would.
         let inline = self.shared.inline.load(Ordering::Relaxed) && on_multi_thread_runtime();
-        if !inline && !queue.writing {
-            self.shared.work.notify_one();
+        if !inline {
+            self.shared.call_committer(&mut queue);
         }
         Ok(Pending {
             answer,
@@ -551,6 +569,8 @@ impl GroupCommit {
         {
             let mut queue = self.shared.queue();
             queue.closed = true;
+            // Everything still queued is the committer's to write.
+            queue.told = true;
             self.shared.work.notify_one();
         }
         let thread = self

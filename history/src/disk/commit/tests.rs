@@ -327,6 +327,14 @@ fn after_a_batch_of_several_writes_the_committer_takes_the_next() {
     let (_keyspace, commit) = committer(dir.path(), Duration::from_secs(3600));
     commit.write_inline(true);
     let inline_after = |ops: Vec<Vec<Op>>| {
+        // A batch's writer answers before it lets the next batch be
+        // taken: the next write waits for that, as the one under test
+        // would otherwise find the batch still being written. The
+        // deadline only turns a batch that never ends into a failure.
+        let deadline = StdInstant::now() + Duration::from_secs(30);
+        while commit.shared.queue().writing && StdInstant::now() < deadline {
+            std::thread::yield_now();
+        }
         multi_thread().block_on(async {
             let pending: Vec<Pending> = ops
                 .into_iter()
