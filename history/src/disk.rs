@@ -342,10 +342,13 @@ impl DiskHistory {
 
     /// Lets a write awaited on a multi-thread tokio runtime, while no batch
     /// is being written and the last batch held one write, be written by
-    /// its awaiter (inside `tokio::task::block_in_place`) instead of the
-    /// committer thread: an uncontended write then costs no hand-off
-    /// between threads, and the runtime goes on on another thread while
-    /// this one waits on the disk. Writes that arrive while a batch is
+    /// its awaiter instead of the committer thread: an uncontended write
+    /// then costs no hand-off between threads. On a runtime of two
+    /// workers or more, that worker waits on the disk for the batch while
+    /// the others run the runtime (one worker at most waits so); on a
+    /// runtime of one worker, the write is made inside
+    /// `tokio::task::block_in_place`, which first hands the runtime to
+    /// another thread. Writes that arrive while a batch is
     /// being written, and every write after a batch of several, go to the
     /// committer. Off by default.
     ///

@@ -361,3 +361,45 @@ fn after_a_batch_of_several_writes_the_committer_takes_the_next() {
     assert_eq!(commit.stats().batches, 3);
     commit.close();
 }
+
+/// On a runtime of one worker, a writer writing its batch inline hands
+/// the runtime to another thread first: held in its batch, the runtime
+/// still runs a task. The deadlines only turn a runtime that stalls
+/// behind the disk into a failure.
+#[test]
+fn a_write_made_inline_on_a_runtime_of_one_worker_leaves_the_runtime_running() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (keyspace, commit) = committer(dir.path(), Duration::from_secs(3600));
+    commit.write_inline(true);
+    let commit = Arc::new(commit);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_time()
+        .build()
+        .expect("a runtime");
+    let held = commit.hold();
+    let write = spawn_write(&runtime, &commit, b"k", b"v");
+    let deadline = StdInstant::now() + Duration::from_secs(30);
+    while !commit.shared.queue().writing && StdInstant::now() < deadline {
+        std::thread::yield_now();
+    }
+    assert!(commit.shared.queue().writing, "the write was not taken");
+    let (ran, runs) = mpsc::channel();
+    runtime.spawn(async move { ran.send(()) });
+    let served = runs.recv_timeout(Duration::from_secs(30));
+    drop(held);
+    assert!(
+        served.is_ok(),
+        "the runtime ran no task while a write was held"
+    );
+    runtime.block_on(async {
+        tokio::time::timeout(Duration::from_secs(30), write)
+            .await
+            .expect("the write was never answered")
+            .expect("the task")
+            .expect("written");
+    });
+    assert_eq!(commit.stats().batches_inline, 1);
+    assert_eq!(stored(&keyspace, b"k").as_deref(), Some(&b"v"[..]));
+    commit.close();
+}
