@@ -27,8 +27,11 @@
 //!   writes left), every write after a batch of several (writes arrive
 //!   while batches are written: the committer goes from one batch to the
 //!   next with no hand-off, and no runtime worker waits on the disk under
-//!   load) until a batch of one says the load ebbed, writes queued outside a multi-thread runtime, and
-//!   writes whose caller stopped waiting ([`Pending`]'s drop tells it).
+//!   load) until a batch of one says the load ebbed, writes queued outside
+//!   a multi-thread runtime, and writes whose caller stopped waiting
+//!   ([`Pending`]'s drop tells it). A runtime thread never waits on the
+//!   store's journal lock (held across each `fdatasync`) behind another:
+//!   only a batch's writer takes it, and one batch is written at a time.
 //!
 //! A failed batch or `fdatasync` fails the history for good: after one, the
 //! kernel may have dropped the dirty pages it could not write, and a second
