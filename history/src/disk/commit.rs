@@ -305,19 +305,19 @@ impl Shared {
     }
 
     /// For a writer about to await its write: writes the queue itself if
-    /// it may ([`on_multi_thread_runtime`], no batch being written, the
-    /// last batch of one write, its write still queued), else tells the
-    /// committer if the write waits for nobody. Either way its answer then
-    /// comes.
+    /// it may (on a multi-thread runtime, [`InlineWrite::here`]; no batch
+    /// being written, the last batch of one write, its write still
+    /// queued), else tells the committer if the write waits for nobody.
+    /// Either way its answer then comes.
     fn write_inline_or_tell(&self, answer: &oneshot::Receiver<Result<(), HistoryError>>) {
         if !answer.is_empty() {
             return;
         }
-        if !on_multi_thread_runtime() {
+        let Some(way) = InlineWrite::here() else {
             // No writer may wait on this thread: the committer.
             self.tell();
             return;
-        }
+        };
         let group = {
             let mut queue = self.queue();
             if queue.last_batch > 1 {
@@ -340,7 +340,7 @@ impl Shared {
             .counters
             .batches_inline
             .fetch_add(1, Ordering::Relaxed);
-        match InlineWrite::here() {
+        match way {
             InlineWrite::OnThisWorker => self.write(group),
             InlineWrite::HandingTheRuntimeOn => tokio::task::block_in_place(|| self.write(group)),
         }
@@ -351,13 +351,6 @@ impl Shared {
     fn tell(&self) {
         self.call_committer(&mut self.queue());
     }
-}
-
-/// True on a worker of a multi-thread tokio runtime, where
-/// `block_in_place` hands the worker's tasks to another thread.
-fn on_multi_thread_runtime() -> bool {
-    tokio::runtime::Handle::try_current()
-        .is_ok_and(|runtime| runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
 }
 
 /// How a writer on a multi-thread runtime writes a batch inline.
@@ -376,15 +369,19 @@ enum InlineWrite {
 }
 
 impl InlineWrite {
-    /// The way for a writer on this thread's runtime (a multi-thread one).
-    fn here() -> Self {
-        let workers = tokio::runtime::Handle::try_current()
-            .map_or(0, |runtime| runtime.metrics().num_workers());
-        if workers >= 2 {
+    /// The way for a writer on this thread: `None` off a multi-thread
+    /// tokio runtime (outside any runtime, or on a current-thread one),
+    /// where no writer may write inline.
+    fn here() -> Option<Self> {
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        if runtime.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
+            return None;
+        }
+        Some(if runtime.metrics().num_workers() >= 2 {
             Self::OnThisWorker
         } else {
             Self::HandingTheRuntimeOn
-        }
+        })
     }
 }
 
@@ -522,7 +519,7 @@ impl GroupCommit {
         queue.waiting.push_back(Queued { ops, then, done });
         // On a multi-thread runtime its awaiter writes it (or tells the
         // committer); elsewhere nobody would.
-        let inline = self.shared.inline.load(Ordering::Relaxed) && on_multi_thread_runtime();
+        let inline = self.shared.inline.load(Ordering::Relaxed) && InlineWrite::here().is_some();
         if !inline {
             self.shared.call_committer(&mut queue);
         }
