@@ -117,10 +117,7 @@ fn the_store_size_is_measured_again_once_due() {
     write(&commit, 1, 64 << 10);
     // The journal is preallocated: only a measure brings the counted
     // size back to the store's own.
-    let deadline = StdInstant::now() + Duration::from_secs(30);
-    while commit.store_bytes() != keyspace.disk_space() && StdInstant::now() < deadline {
-        std::thread::yield_now();
-    }
+    wait_until(|| commit.store_bytes() == keyspace.disk_space());
     assert_eq!(commit.store_bytes(), keyspace.disk_space());
     commit.close();
 }
@@ -156,6 +153,28 @@ fn a_commit_does_not_wait_for_the_store_to_be_measured() {
     commit.close();
 }
 
+/// A committer whose writers may write inline, over a store in a
+/// temporary directory (kept alive by the first of the three).
+fn inline_committer() -> (tempfile::TempDir, Keyspace, GroupCommit) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (keyspace, commit) = committer(dir.path(), Duration::from_secs(3600));
+    commit.write_inline(true);
+    (dir, keyspace, commit)
+}
+
+/// Waits until `done` holds: true once it does, false if 30 s pass (the
+/// deadline only turns a condition never reached into a failure).
+fn wait_until(done: impl Fn() -> bool) -> bool {
+    let deadline = StdInstant::now() + Duration::from_secs(30);
+    while !done() {
+        if StdInstant::now() >= deadline {
+            return false;
+        }
+        std::thread::yield_now();
+    }
+    true
+}
+
 /// A multi-thread runtime of two workers, as the server runs.
 fn multi_thread() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -179,9 +198,7 @@ fn stored(keyspace: &Keyspace, key: &[u8]) -> Option<Slice> {
 
 #[test]
 fn a_write_awaited_on_a_multi_thread_runtime_is_written_by_its_awaiter() {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let (keyspace, commit) = committer(dir.path(), Duration::from_secs(3600));
-    commit.write_inline(true);
+    let (_dir, keyspace, commit) = inline_committer();
     multi_thread().block_on(async {
         let pending = commit.submit(vec![insert(b"k", b"v")]).expect("queued");
         GroupCommit::durable(pending).await.expect("written");
@@ -194,10 +211,16 @@ fn a_write_awaited_on_a_multi_thread_runtime_is_written_by_its_awaiter() {
 
 #[test]
 fn a_write_awaited_on_a_current_thread_runtime_goes_to_the_committer() {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let (_keyspace, commit) = committer(dir.path(), Duration::from_secs(3600));
-    commit.write_inline(true);
-    write(&commit, 0, 1);
+    let (_dir, _keyspace, commit) = inline_committer();
+    // Queued and awaited on the runtime: `block_in_place` would panic
+    // there.
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime")
+        .block_on(async {
+            let pending = commit.submit(vec![insert(b"k", b"v")]).expect("queued");
+            GroupCommit::durable(pending).await.expect("written");
+        });
     let stats = commit.stats();
     assert_eq!((stats.batches, stats.batches_inline), (1, 0), "{stats:?}");
     commit.close();
@@ -205,9 +228,7 @@ fn a_write_awaited_on_a_current_thread_runtime_goes_to_the_committer() {
 
 #[test]
 fn a_write_awaited_with_a_deadline_goes_to_the_committer() {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let (_keyspace, commit) = committer(dir.path(), Duration::from_secs(3600));
-    commit.write_inline(true);
+    let (_dir, _keyspace, commit) = inline_committer();
     multi_thread().block_on(async {
         let pending = commit.submit(vec![insert(b"k", b"v")]).expect("queued");
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -225,9 +246,7 @@ fn a_write_awaited_with_a_deadline_goes_to_the_committer() {
 /// order they were queued, and the earlier's answer is ready.
 #[test]
 fn an_awaiter_writes_the_writes_queued_before_its_own_in_their_order() {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let (keyspace, commit) = committer(dir.path(), Duration::from_secs(3600));
-    commit.write_inline(true);
+    let (_dir, keyspace, commit) = inline_committer();
     multi_thread().block_on(async {
         let first = commit.submit(vec![insert(b"k", b"1")]).expect("queued");
         let second = commit.submit(vec![insert(b"k", b"2")]).expect("queued");
@@ -248,16 +267,11 @@ fn an_awaiter_writes_the_writes_queued_before_its_own_in_their_order() {
 /// turns a write nobody takes into a failure.
 #[test]
 fn a_write_given_up_unawaited_is_written_by_the_committer() {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let (keyspace, commit) = committer(dir.path(), Duration::from_secs(3600));
-    commit.write_inline(true);
+    let (_dir, keyspace, commit) = inline_committer();
     multi_thread().block_on(async {
         drop(commit.submit(vec![insert(b"k", b"v")]).expect("queued"));
     });
-    let deadline = StdInstant::now() + Duration::from_secs(30);
-    while commit.stats().writes == 0 && StdInstant::now() < deadline {
-        std::thread::yield_now();
-    }
+    wait_until(|| commit.stats().writes > 0);
     assert_eq!(stored(&keyspace, b"k").as_deref(), Some(&b"v"[..]));
     assert_eq!(commit.stats().batches_inline, 0);
     commit.close();
@@ -283,25 +297,17 @@ fn spawn_write(
 /// write nobody takes into a failure.
 #[test]
 fn a_write_queued_behind_a_batch_written_inline_goes_to_the_committer() {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let (keyspace, commit) = committer(dir.path(), Duration::from_secs(3600));
-    commit.write_inline(true);
+    let (_dir, keyspace, commit) = inline_committer();
     let commit = Arc::new(commit);
     let runtime = multi_thread();
     let held = commit.hold();
     let first = spawn_write(&runtime, &commit, b"a", b"1");
-    let deadline = StdInstant::now() + Duration::from_secs(30);
-    while !commit.shared.queue().writing && StdInstant::now() < deadline {
-        std::thread::yield_now();
-    }
     assert!(
-        commit.shared.queue().writing,
+        wait_until(|| commit.shared.queue().writing),
         "the first write was not taken"
     );
     let second = spawn_write(&runtime, &commit, b"b", b"2");
-    while commit.shared.queue().waiting.is_empty() && StdInstant::now() < deadline {
-        std::thread::yield_now();
-    }
+    wait_until(|| !commit.shared.queue().waiting.is_empty());
     drop(held);
     runtime.block_on(async {
         for (name, task) in [("first", first), ("second", second)] {
@@ -323,18 +329,13 @@ fn a_write_queued_behind_a_batch_written_inline_goes_to_the_committer() {
 /// ebbed, and the write after it is written by its awaiter again.
 #[test]
 fn after_a_batch_of_several_writes_the_committer_takes_the_next() {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let (_keyspace, commit) = committer(dir.path(), Duration::from_secs(3600));
-    commit.write_inline(true);
+    let (_dir, _keyspace, commit) = inline_committer();
     let inline_after = |ops: Vec<Vec<Op>>| {
         // A batch's writer answers before it lets the next batch be
         // taken: the next write waits for that, as the one under test
         // would otherwise find the batch still being written. The
         // deadline only turns a batch that never ends into a failure.
-        let deadline = StdInstant::now() + Duration::from_secs(30);
-        while commit.shared.queue().writing && StdInstant::now() < deadline {
-            std::thread::yield_now();
-        }
+        wait_until(|| !commit.shared.queue().writing);
         multi_thread().block_on(async {
             let pending: Vec<Pending> = ops
                 .into_iter()
@@ -368,9 +369,7 @@ fn after_a_batch_of_several_writes_the_committer_takes_the_next() {
 /// behind the disk into a failure.
 #[test]
 fn a_write_made_inline_on_a_runtime_of_one_worker_leaves_the_runtime_running() {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let (keyspace, commit) = committer(dir.path(), Duration::from_secs(3600));
-    commit.write_inline(true);
+    let (_dir, keyspace, commit) = inline_committer();
     let commit = Arc::new(commit);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -379,11 +378,10 @@ fn a_write_made_inline_on_a_runtime_of_one_worker_leaves_the_runtime_running() {
         .expect("a runtime");
     let held = commit.hold();
     let write = spawn_write(&runtime, &commit, b"k", b"v");
-    let deadline = StdInstant::now() + Duration::from_secs(30);
-    while !commit.shared.queue().writing && StdInstant::now() < deadline {
-        std::thread::yield_now();
-    }
-    assert!(commit.shared.queue().writing, "the write was not taken");
+    assert!(
+        wait_until(|| commit.shared.queue().writing),
+        "the write was not taken"
+    );
     let (ran, runs) = mpsc::channel();
     runtime.spawn(async move { ran.send(()) });
     let served = runs.recv_timeout(Duration::from_secs(30));
